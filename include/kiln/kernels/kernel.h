@@ -1,0 +1,131 @@
+// The kernel interface, after TFLite's Prepare/Eval split:
+//  - Prepare runs once when a plan is compiled for concrete input shapes. It checks inputs,
+//    computes output dtypes and shapes, sizes scratch memory and creates primitives (oneDNN).
+//  - Compute runs on every execution and only does the math into memory the executor owns.
+// One kernel object serves every concurrent run of its plan, so Compute must not mutate the
+// kernel (per-run state goes in the scratch memory).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ir/graph.h"
+
+namespace kiln::kernels {
+
+struct InputInfo {
+  DType dtype = DType::kInvalid;  // kInvalid: an omitted optional input
+  Shape shape;
+  const Tensor* constant = nullptr;  // the value, when known at compile time
+  bool present() const { return dtype != DType::kInvalid; }
+};
+
+struct PrepareContext {
+  const ir::Node* node = nullptr;
+  std::vector<InputInfo> inputs;  // one per node input
+  int intra_op_threads = 1;       // threads Compute may use through ComputeContext::pool
+
+  // Set by Prepare, one entry per node output:
+  std::vector<DType> output_dtypes;
+  std::vector<Shape> output_shapes;
+  // True where the output shape depends on input values (NonZero, data-dependent Reshape,
+  // control flow): Compute then allocates that output with ComputeContext::Allocate.
+  std::vector<bool> output_dynamic;
+  // -1, or the index of an input whose memory the output may share (elementwise ops that can
+  // run in place). The planner decides whether it actually does.
+  std::vector<int> output_in_place_of;
+  size_t scratch_bytes = 0;  // per-run scratch, 64-byte aligned
+
+  // Sizes the output vectors for `n` outputs with defaults.
+  void SetNumOutputs(int n) {
+    output_dtypes.assign(n, DType::kInvalid);
+    output_shapes.assign(n, Shape{});
+    output_dynamic.assign(n, false);
+    output_in_place_of.assign(n, -1);
+  }
+};
+
+// Runs a subgraph attribute of the node (If/Loop/Scan bodies), provided by the executor.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  // Runs `graph` (an attribute of the current node) with `inputs` bound to graph.inputs and
+  // its captures resolved from the enclosing run; returns graph.outputs.
+  virtual absl::StatusOr<std::vector<Tensor>> Run(const ir::Graph& graph,
+                                                  const std::vector<Tensor>& inputs) = 0;
+};
+
+struct ComputeContext {
+  absl::Span<const Tensor> inputs;  // invalid Tensor for an omitted optional input
+  absl::Span<Tensor> outputs;       // preallocated, except the dynamic ones
+  void* scratch = nullptr;
+  ThreadPool* pool = nullptr;  // intra-op pool; null means run on the calling thread only
+  int intra_op_threads = 1;
+  SubgraphRunner* subgraphs = nullptr;
+
+  // Parallel loop over [0, n) on the intra-op pool (or inline).
+  void ParallelFor(int64_t n, int64_t min_chunk,
+                   const std::function<void(int64_t, int64_t)>& fn) const {
+    if (pool != nullptr && intra_op_threads > 1) {
+      pool->ParallelFor(n, min_chunk, fn);
+    } else if (n > 0) {
+      fn(0, n);
+    }
+  }
+  // Allocates output `index` (for dynamic outputs).
+  Tensor& Allocate(int index, DType dtype, Shape shape) {
+    outputs[index] = Tensor(dtype, std::move(shape));
+    return outputs[index];
+  }
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  virtual absl::Status Prepare(PrepareContext& ctx) = 0;
+  virtual absl::Status Compute(ComputeContext& ctx) const = 0;
+};
+
+using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<OpKernel>>(const ir::Node&)>;
+
+// Maps (domain, op) to the factory of its CPU kernel.
+class KernelRegistry {
+ public:
+  static KernelRegistry& Global();
+  void Register(const std::string& domain, const std::string& op, KernelFactory factory);
+  // Null when no kernel is registered.
+  const KernelFactory* Find(const std::string& domain, const std::string& op) const;
+  std::vector<std::string> RegisteredOps() const;  // "domain::op" or "op", sorted
+
+ private:
+  std::map<std::string, KernelFactory> factories_;
+};
+
+struct KernelRegistration {
+  KernelRegistration(const char* domain, const char* op, KernelFactory factory) {
+    KernelRegistry::Global().Register(domain, op, std::move(factory));
+  }
+};
+
+}  // namespace kiln::kernels
+
+#define KILN_KERNEL_CONCAT_INNER(a, b) a##b
+#define KILN_KERNEL_CONCAT(a, b) KILN_KERNEL_CONCAT_INNER(a, b)
+// KILN_REGISTER_KERNEL("", "Relu", [](const ir::Node& n) -> absl::StatusOr<...> {...});
+#define KILN_REGISTER_KERNEL(domain, op, factory)                                          \
+  static ::kiln::kernels::KernelRegistration KILN_KERNEL_CONCAT(kiln_kernel_reg_, __COUNTER__)( \
+      domain, op, factory)
+// For a kernel class constructible from `const ir::Node&`.
+#define KILN_REGISTER_KERNEL_CLASS(domain, op, Class)                                     \
+  KILN_REGISTER_KERNEL(domain, op,                                                         \
+                       [](const ::kiln::ir::Node& node)                                    \
+                           -> absl::StatusOr<std::unique_ptr<::kiln::kernels::OpKernel>> { \
+                         return std::unique_ptr<::kiln::kernels::OpKernel>(new Class(node)); \
+                       })

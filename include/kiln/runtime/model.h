@@ -1,0 +1,81 @@
+// kiln::runtime::Model: a loaded, optimized model whose signatures can be run. This is the
+// one entry point that `kiln run`, `kiln inspect` and `kiln serve` use.
+//
+//   auto model = kiln::runtime::Model::Load("model.onnx");   // or a SavedModel directory
+//   auto outputs = (*model)->Run("serving_default", {{"x", tensor}});
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/import/imported_model.h"
+
+namespace kiln::runtime {
+
+using import::TensorInfo;
+
+struct SignatureInfo {
+  std::string key;
+  std::string method_name;
+  std::vector<std::string> input_keys;   // in graph order
+  std::vector<std::string> output_keys;  // in graph order
+  std::map<std::string, TensorInfo> inputs;
+  std::map<std::string, TensorInfo> outputs;
+};
+
+struct ModelOptions {
+  std::string tags = "serve";      // SavedModel MetaGraph tag set, comma-separated
+  bool disable_optimizer = false;  // run the imported graph as it is
+  bool allow_compression = false;  // int8/bf16 passes (when available)
+  // Threads per kernel and kernels in parallel; 0 picks a split of the cores that never
+  // oversubscribes them (intra * inter <= cores).
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
+  size_t plan_cache_capacity = 32;  // compiled plans kept per signature (LRU)
+};
+
+// Per-run statistics, optional.
+struct RunStats {
+  bool compiled_plan = false;  // this run compiled a new plan (a cache miss)
+  int64_t run_ns = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // `path`: a .onnx file, a SavedModel directory (saved_model.pb or .pbtxt), or a base path
+  // holding numeric version folders (the highest is loaded).
+  static absl::StatusOr<std::shared_ptr<Model>> Load(const std::string& path,
+                                                     const ModelOptions& options = {});
+
+  virtual const std::string& path() const = 0;
+  virtual const std::string& platform() const = 0;  // "tensorflow" or "onnx"
+  virtual const std::map<std::string, SignatureInfo>& signatures() const = 0;
+  // NotFound naming the available signatures when `key` is unknown.
+  virtual absl::StatusOr<const SignatureInfo*> FindSignature(absl::string_view key) const = 0;
+  // "<dir>/assets.extra" for SavedModels that have one (warmup requests live there), else "".
+  virtual const std::string& assets_extra_dir() const = 0;
+
+  // Runs a signature. `inputs` are keyed by the signature's input keys and must all be given;
+  // `output_keys` selects outputs (empty: all). Errors name the input and the expected dtype
+  // and shape. Thread-safe: many runs may proceed at once.
+  virtual absl::StatusOr<std::map<std::string, Tensor>> Run(
+      absl::string_view signature, const std::map<std::string, Tensor>& inputs,
+      const std::vector<std::string>& output_keys = {}, RunStats* stats = nullptr) const = 0;
+
+  // Compiles the plan for these input shapes ahead of traffic.
+  virtual absl::Status Precompile(absl::string_view signature,
+                                  const std::map<std::string, Shape>& input_shapes) const = 0;
+
+  // What `kiln inspect` prints: signatures, op histogram, optimization log, planned memory.
+  virtual std::string Inspect() const = 0;
+};
+
+}  // namespace kiln::runtime

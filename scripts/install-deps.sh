@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package that Kiln's build, tests and benchmarks need.
+# Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev llvm
+  # core libraries (see ../shared/DESIGN.md "Dependencies")
+  libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libdnnl-dev libboost-dev libsimdjson-dev
+  libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy python3-onnx python3-protobuf python3-grpcio
+  python3-torch python3-torchvision python3-pil
+  wrk curl hyperfine time
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,198 @@
+#include "kiln/core/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kiln {
+
+int64_t Shape::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
+
+std::shared_ptr<Buffer> Buffer::Allocate(size_t bytes, bool zero) {
+  std::shared_ptr<Buffer> buffer(new Buffer());
+  // Round up so that aligned_alloc's size requirement holds and vector loops may read a full
+  // register past the last element without faulting.
+  const size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  buffer->data_ = std::aligned_alloc(kTensorAlignment, rounded == 0 ? kTensorAlignment : rounded);
+  if (buffer->data_ == nullptr) throw std::bad_alloc();
+  if (zero) std::memset(buffer->data_, 0, rounded);
+  buffer->size_ = bytes;
+  buffer->owned_ = true;
+  return buffer;
+}
+
+std::shared_ptr<Buffer> Buffer::AllocateStrings(size_t count) {
+  auto buffer = Allocate(count * sizeof(std::string));
+  auto* strings = static_cast<std::string*>(buffer->data_);
+  for (size_t i = 0; i < count; ++i) new (&strings[i]) std::string();
+  buffer->string_count_ = count;
+  return buffer;
+}
+
+std::shared_ptr<Buffer> Buffer::Wrap(void* data, size_t bytes, std::function<void()> release) {
+  std::shared_ptr<Buffer> buffer(new Buffer());
+  buffer->data_ = data;
+  buffer->size_ = bytes;
+  buffer->release_ = std::move(release);
+  return buffer;
+}
+
+Buffer::~Buffer() {
+  if (string_count_ > 0) {
+    auto* strings = static_cast<std::string*>(data_);
+    for (size_t i = 0; i < string_count_; ++i) strings[i].~basic_string();
+  }
+  if (owned_) std::free(data_);
+  if (release_) release_();
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  const size_t n = static_cast<size_t>(shape_.num_elements());
+  buffer_ = dtype == DType::kString ? Buffer::AllocateStrings(n)
+                                    : Buffer::Allocate(n * DTypeSize(dtype));
+}
+
+Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset)
+    : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(byte_offset) {}
+
+Tensor Tensor::Zeros(DType dtype, Shape shape) {
+  if (dtype == DType::kString) return Tensor(dtype, std::move(shape));
+  const size_t n = static_cast<size_t>(shape.num_elements());
+  return Tensor(dtype, std::move(shape), Buffer::Allocate(n * DTypeSize(dtype), /*zero=*/true));
+}
+
+template <>
+Tensor Tensor::FromVector<bool>(const std::vector<bool>& values, Shape shape) {
+  Tensor t(DType::kBool, std::move(shape));
+  bool* out = t.data<bool>();
+  const int64_t n = std::min<int64_t>(t.num_elements(), static_cast<int64_t>(values.size()));
+  for (int64_t i = 0; i < n; ++i) out[i] = values[i];
+  return t;
+}
+
+Tensor Tensor::Slice(int64_t begin, int64_t end) const {
+  const int64_t row_elements = shape_.dim(0) == 0 ? 0 : num_elements() / shape_.dim(0);
+  Shape shape = shape_;
+  shape.set_dim(0, end - begin);
+  return Tensor(dtype_, std::move(shape), buffer_,
+                offset_ + static_cast<size_t>(begin * row_elements) * DTypeSize(dtype_));
+}
+
+Tensor Tensor::SubTensor(int64_t index) const {
+  Tensor row = Slice(index, index + 1);
+  row.shape_.erase(0);
+  return row;
+}
+
+absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
+  if (shape.num_elements() != num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape a tensor of shape ",
+                                                    shape_.ToString(), " (", num_elements(),
+                                                    " elements) to ", shape.ToString()));
+  }
+  return Tensor(dtype_, std::move(shape), buffer_, offset_);
+}
+
+Tensor Tensor::Clone() const {
+  if (!valid()) return Tensor();
+  Tensor copy(dtype_, shape_);
+  copy.CopyFrom(*this);
+  return copy;
+}
+
+void Tensor::CopyFrom(const Tensor& other) {
+  if (dtype_ == DType::kString) {
+    const std::string* src = other.data<std::string>();
+    std::string* dst = data<std::string>();
+    for (int64_t i = 0; i < num_elements(); ++i) dst[i] = src[i];
+  } else if (byte_size() > 0) {
+    std::memcpy(raw_data(), other.raw_data(), byte_size());
+  }
+}
+
+namespace {
+
+template <typename T>
+std::string ElementString(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return absl::StrCat("\"", v.size() > 32 ? v.substr(0, 32) + "..." : v, "\"");
+  } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    return absl::StrCat(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+    return absl::StrCat(static_cast<int>(v));
+  } else {
+    return absl::StrCat(v);
+  }
+}
+
+template <typename T>
+double AsDouble(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return 0;
+  } else {
+    return static_cast<double>(static_cast<float>(v));
+  }
+}
+
+}  // namespace
+
+std::string Tensor::DebugString(int max_elements) const {
+  if (!valid()) return "<invalid tensor>";
+  std::string out = absl::StrCat(DTypeName(dtype_), shape_.ToString(), " {");
+  VisitDType(dtype_, [&](auto tag) {
+    using T = decltype(tag);
+    const T* values = data<T>();
+    const int64_t n = num_elements();
+    for (int64_t i = 0; i < n && i < max_elements; ++i) {
+      if (i > 0) out += ", ";
+      out += ElementString(values[i]);
+    }
+    if (n > max_elements) out += ", ...";
+  });
+  out += "}";
+  return out;
+}
+
+bool TensorsEqual(const Tensor& a, const Tensor& b) {
+  return TensorsAllClose(a, b, 0, 0);
+}
+
+bool TensorsAllClose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  bool equal = true;
+  VisitDType(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.data<T>();
+    const T* y = b.data<T>();
+    for (int64_t i = 0; i < a.num_elements() && equal; ++i) {
+      if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool> ||
+                    std::is_integral_v<T>) {
+        equal = x[i] == y[i];
+      } else {
+        const double u = AsDouble(x[i]), v = AsDouble(y[i]);
+        if (std::isnan(u) || std::isnan(v)) {
+          equal = std::isnan(u) && std::isnan(v);
+        } else if (std::isinf(u) || std::isinf(v)) {
+          equal = u == v;
+        } else {
+          equal = std::fabs(u - v) <= atol + rtol * std::fabs(v);
+        }
+      }
+    }
+  });
+  return equal;
+}
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+#include "kiln/core/npy.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+TEST(NpyTest, RoundTripsEveryNumericDtype) {
+  const std::string path = ::testing::TempDir() + "/t.npy";
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8, DType::kInt32,
+                  DType::kInt64, DType::kBool, DType::kFloat16}) {
+    Tensor t = Tensor::Zeros(d, Shape{2, 3});
+    static_cast<uint8_t*>(t.raw_data())[0] = 1;
+    ASSERT_TRUE(WriteNpy(path, t).ok());
+    auto back = ReadNpy(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(TensorsEqual(*back, t)) << DTypeName(d);
+  }
+}
+
+TEST(NpyTest, ScalarAndVectorShapes) {
+  auto bytes = SerializeNpy(Tensor::Scalar<float>(3.5f));
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_NE(bytes->find("'shape': ()"), std::string::npos);
+  auto v = SerializeNpy(Tensor::FromVector<float>({1, 2}));
+  EXPECT_NE(v->find("'shape': (2,)"), std::string::npos);
+  EXPECT_EQ((v->find("\n") + 1) % 64, 0u);  // data starts 64-byte aligned
+}
+
+TEST(NpyTest, TruncatedDataNamesTheFileAndSizes) {
+  auto bytes = SerializeNpy(Tensor::Zeros(DType::kFloat32, Shape{10}));
+  std::string cut = bytes->substr(0, bytes->size() - 4);
+  auto t = ParseNpy(cut, "x.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("x.npy"), std::string::npos);
+  EXPECT_NE(t.status().message().find("truncated"), std::string::npos);
+}
+
+TEST(NpyTest, RejectsBadMagic) {
+  auto t = ParseNpy("hello world, not numpy", "bad.npy");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("bad magic"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln

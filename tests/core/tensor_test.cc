@@ -1,0 +1,76 @@
+#include "kiln/core/tensor.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+TEST(TensorTest, AllocationIs64ByteAligned) {
+  for (DType d : {DType::kFloat32, DType::kInt8, DType::kFloat64, DType::kBool}) {
+    Tensor t(d, Shape{3, 5});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u) << DTypeName(d);
+  }
+}
+
+TEST(TensorTest, SliceSharesBufferAlongFirstDimension) {
+  Tensor t = Tensor::FromVector<float>({0, 1, 2, 3, 4, 5}, Shape{3, 2});
+  Tensor rows = t.Slice(1, 3);
+  EXPECT_EQ(rows.shape(), (Shape{2, 2}));
+  EXPECT_EQ(rows.buffer(), t.buffer());
+  EXPECT_EQ(rows.data<float>()[0], 2);
+  rows.data<float>()[0] = 42;
+  EXPECT_EQ(t.data<float>()[2], 42);
+  Tensor row = t.SubTensor(2);
+  EXPECT_EQ(row.shape(), (Shape{2}));
+  EXPECT_EQ(row.data<float>()[1], 5);
+}
+
+TEST(TensorTest, BufferOutlivesOriginalTensor) {
+  Tensor slice;
+  {
+    Tensor t = Tensor::FromVector<int64_t>({7, 8, 9});
+    slice = t.Slice(2, 3);
+  }
+  EXPECT_EQ(slice.data<int64_t>()[0], 9);
+}
+
+TEST(TensorTest, StringTensorsOwnTheirStrings) {
+  Tensor t(DType::kString, Shape{2});
+  t.data<std::string>()[0] = std::string(1000, 'x');
+  t.data<std::string>()[1] = "short";
+  Tensor copy = t.Clone();
+  EXPECT_NE(copy.buffer(), t.buffer());
+  EXPECT_EQ(copy.data<std::string>()[0].size(), 1000u);
+  EXPECT_TRUE(TensorsEqual(copy, t));
+}
+
+TEST(TensorTest, ReshapeChecksElementCount) {
+  Tensor t = Tensor::Zeros(DType::kInt32, Shape{2, 3});
+  EXPECT_TRUE(t.Reshape(Shape{6}).ok());
+  auto bad = t.Reshape(Shape{4});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("[2, 3]"), std::string::npos);
+}
+
+TEST(TensorTest, HalfAndBFloat16RoundTrip) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f)), 1.0f);
+  // 1 + 2^-8 is halfway between two bfloat16 values: rounds to even (1.0).
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.00390625f)), 1.0f);
+}
+
+TEST(TensorTest, AllCloseUsesRelativeAndAbsoluteTolerance) {
+  Tensor a = Tensor::FromVector<float>({1.0f, 100.0f});
+  Tensor b = Tensor::FromVector<float>({1.00001f, 100.001f});
+  EXPECT_TRUE(TensorsAllClose(a, b, 1e-4, 0));
+  EXPECT_FALSE(TensorsAllClose(a, b, 1e-7, 0));
+}
+
+}  // namespace
+}  // namespace kiln
