@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -152,6 +153,12 @@ class Graph {
   std::vector<Node> nodes_;
   std::map<std::string, ValueId> value_by_name_;
 };
+
+// Names of enclosing-scope values that `graph` (a subgraph) reads: its own captures plus
+// those of nested subgraphs that `graph` does not define itself.
+std::set<std::string> OuterNamesUsedBy(const Graph& graph);
+// Values of `graph` that the subgraphs of `node` (a node of `graph`) read by name.
+std::vector<ValueId> CapturedValues(const Graph& graph, const Node& node);
 
 // Checks the structural invariants: ids in range, each value produced at most once, no
 // cycles, outputs defined, subgraphs verified recursively. Errors name the node.

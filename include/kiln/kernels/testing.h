@@ -1,0 +1,211 @@
+// Test helper for kernel authors: runs one operator through the real kernel registry, the
+// way the plan compiler does (Prepare with the input dtypes/shapes, then Compute into
+// outputs allocated from the shapes Prepare declared).
+//
+//   #include "kiln/kernels/testing.h"
+//   using kiln::kernels::testing::RunKernel;
+//
+//   absl::StatusOr<std::vector<Tensor>> out = RunKernel("Add", {a, b});
+//   auto out = RunKernel("Gemm", {a, b, c}, {{"transB", int64_t{1}}, {"alpha", 0.5f}});
+//   auto out = RunKernel("Reshape", {x, shape}, {}, {.constant_inputs = {1}});
+//   auto out = RunKernel("TopK", {x, k}, {{"axis", int64_t{-1}}}, {.num_outputs = 2});
+//
+// absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
+//     const std::vector<Tensor>& inputs,                 // Tensor() = omitted optional input
+//     std::map<std::string, ir::Attribute> attrs = {},
+//     const KernelTestOptions& options = {});
+//
+// Besides running the kernel it checks what the executor relies on, and fails with a
+// message when the kernel breaks it:
+//  - Prepare filled one dtype and shape per output; Compute kept preallocated outputs (same
+//    dtype, shape, memory) and allocated every dynamic output;
+//  - Compute is repeatable (a second run gives equal outputs: kernels must not keep state);
+//  - where Prepare allows an output in place of an input, running it in place gives the
+//    same result as running it out of place.
+// Link the test with "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_kernels_cpu>" so that kernels
+// registered in other files are found.
+#pragma once
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/ir/graph.h"
+#include "kiln/kernels/kernel.h"
+
+namespace kiln::kernels::testing {
+
+struct KernelTestOptions {
+  int num_outputs = 1;
+  std::string domain;                // "" for ONNX ops, "kiln" for Kiln's own
+  std::set<int> constant_inputs;     // inputs Prepare sees as compile-time constants
+  int intra_op_threads = 1;          // > 1 runs Compute with an intra-op pool
+  bool check_repeatable = true;      // false for random ops
+  bool check_in_place = true;
+};
+
+namespace internal {
+
+struct PreparedKernel {
+  ir::Graph graph;
+  std::unique_ptr<OpKernel> kernel;
+  PrepareContext prepare;
+};
+
+inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
+                                                       const std::vector<Tensor>& inputs,
+                                                       ThreadPool* pool, int threads,
+                                                       bool in_place) {
+  const PrepareContext& p = pk.prepare;
+  const size_t n = p.output_dtypes.size();
+  std::vector<Tensor> outputs(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (p.output_dynamic[i]) continue;
+    const int src = p.output_in_place_of[i];
+    if (in_place && src >= 0 && src < static_cast<int>(inputs.size()) &&
+        inputs[src].valid() && p.output_dtypes[i] != DType::kString &&
+        inputs[src].dtype() != DType::kString &&
+        inputs[src].byte_size() ==
+            static_cast<size_t>(p.output_shapes[i].num_elements()) *
+                DTypeSize(p.output_dtypes[i])) {
+      outputs[i] = Tensor(p.output_dtypes[i], p.output_shapes[i], inputs[src].buffer(),
+                          inputs[src].byte_offset());
+    } else {
+      outputs[i] = Tensor(p.output_dtypes[i], p.output_shapes[i]);
+    }
+  }
+  std::vector<Tensor> expected = outputs;
+  std::shared_ptr<Buffer> scratch;
+  if (p.scratch_bytes > 0) scratch = Buffer::Allocate(p.scratch_bytes);
+  ComputeContext ctx;
+  ctx.inputs = absl::MakeConstSpan(inputs);
+  ctx.outputs = absl::MakeSpan(outputs);
+  ctx.scratch = scratch ? scratch->data() : nullptr;
+  ctx.pool = pool;
+  ctx.intra_op_threads = threads;
+  absl::Status status = pk.kernel->Compute(ctx);
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string what = absl::StrCat(pk.prepare.node->Describe(), " output ", i);
+    if (p.output_dynamic[i]) {
+      if (!outputs[i].valid()) {
+        return absl::InternalError(
+            absl::StrCat(what, " is dynamic but Compute did not allocate it"));
+      }
+      continue;
+    }
+    if (outputs[i].raw_data() != expected[i].raw_data() ||
+        outputs[i].dtype() != expected[i].dtype() || outputs[i].shape() != expected[i].shape()) {
+      return absl::InternalError(absl::StrCat(
+          what, ": Compute replaced a preallocated output (declare it dynamic in Prepare)"));
+    }
+  }
+  return outputs;
+}
+
+}  // namespace internal
+
+inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
+                                                     const std::vector<Tensor>& inputs,
+                                                     std::map<std::string, ir::Attribute> attrs = {},
+                                                     const KernelTestOptions& options = {}) {
+  auto pk = std::make_unique<internal::PreparedKernel>();
+  std::vector<ir::ValueId> input_ids;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].valid()) {
+      input_ids.push_back(ir::kNoValue);
+    } else if (options.constant_inputs.count(static_cast<int>(i)) > 0) {
+      input_ids.push_back(pk->graph.AddConstant(absl::StrCat("input", i), inputs[i]));
+    } else {
+      const ir::ValueId v = pk->graph.AddValue(
+          absl::StrCat("input", i),
+          ir::TensorType::Of(inputs[i].dtype(), inputs[i].shape().ToVector()));
+      pk->graph.inputs.push_back(v);
+      input_ids.push_back(v);
+    }
+  }
+  const ir::NodeId id = pk->graph.AddNode(op, input_ids, options.num_outputs, std::move(attrs),
+                                          "node_under_test", options.domain);
+  for (ir::ValueId v : pk->graph.node(id).outputs) pk->graph.outputs.push_back(v);
+  const ir::Node& node = pk->graph.node(id);
+
+  const KernelFactory* factory = KernelRegistry::Global().Find(options.domain, op);
+  if (factory == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no kernel registered for ", node.Describe(),
+                                            " (is kiln_kernels_cpu linked whole?)"));
+  }
+  auto kernel = (*factory)(node);
+  if (!kernel.ok()) return kernel.status();
+  pk->kernel = std::move(*kernel);
+
+  PrepareContext& prepare = pk->prepare;
+  prepare.node = &node;
+  prepare.intra_op_threads = options.intra_op_threads;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    InputInfo info;
+    if (inputs[i].valid()) {
+      info.dtype = inputs[i].dtype();
+      info.shape = inputs[i].shape();
+      if (options.constant_inputs.count(static_cast<int>(i)) > 0) info.constant = &inputs[i];
+    }
+    prepare.inputs.push_back(info);
+  }
+  prepare.SetNumOutputs(options.num_outputs);
+  absl::Status status = pk->kernel->Prepare(prepare);
+  if (!status.ok()) return status;
+  const size_t n = static_cast<size_t>(options.num_outputs);
+  if (prepare.output_dtypes.size() != n || prepare.output_shapes.size() != n ||
+      prepare.output_dynamic.size() != n || prepare.output_in_place_of.size() != n) {
+    return absl::InternalError(absl::StrCat(node.Describe(), ": Prepare sized its outputs for ",
+                                            prepare.output_dtypes.size(), ", the node has ", n));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (prepare.output_dtypes[i] == DType::kInvalid && !prepare.output_dynamic[i]) {
+      return absl::InternalError(
+          absl::StrCat(node.Describe(), ": Prepare left the dtype of output ", i, " unset"));
+    }
+  }
+
+  std::unique_ptr<ThreadPool> pool;
+  if (options.intra_op_threads > 1) {
+    pool = std::make_unique<ThreadPool>(options.intra_op_threads - 1, "kernel-test");
+  }
+  auto first = internal::ComputeOnce(*pk, inputs, pool.get(), options.intra_op_threads, false);
+  if (!first.ok()) return first.status();
+  if (options.check_repeatable) {
+    auto second = internal::ComputeOnce(*pk, inputs, pool.get(), options.intra_op_threads, false);
+    if (!second.ok()) return second.status();
+    for (size_t i = 0; i < n; ++i) {
+      if (!TensorsEqual((*first)[i], (*second)[i])) {
+        return absl::InternalError(absl::StrCat(node.Describe(), ": output ", i,
+                                                " differs between two runs on the same inputs"));
+      }
+    }
+  }
+  bool any_in_place = false;
+  for (int src : prepare.output_in_place_of) any_in_place |= src >= 0;
+  if (options.check_in_place && any_in_place) {
+    std::vector<Tensor> copies;
+    for (const Tensor& t : inputs) copies.push_back(t.valid() ? t.Clone() : Tensor());
+    auto in_place = internal::ComputeOnce(*pk, copies, pool.get(), options.intra_op_threads, true);
+    if (!in_place.ok()) return in_place.status();
+    for (size_t i = 0; i < n; ++i) {
+      if (!TensorsEqual((*first)[i], (*in_place)[i])) {
+        return absl::InternalError(absl::StrCat(
+            node.Describe(), ": output ", i,
+            " differs when computed in place of input ", prepare.output_in_place_of[i]));
+      }
+    }
+  }
+  // The node and graph die with `pk`; outputs own their buffers.
+  return std::move(*first);
+}
+
+}  // namespace kiln::kernels::testing

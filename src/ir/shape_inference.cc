@@ -1,0 +1,288 @@
+// Static shape and dtype inference on the IR. Rules are per operator and deliberately
+// conservative: when a rule cannot tell, the value stays unknown. Concrete shapes are settled
+// later by the kernels' Prepare when a plan is compiled, so this only serves the optimizer
+// and the printer.
+#include <functional>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/ir/graph.h"
+
+namespace kiln::ir {
+namespace {
+
+using Rule = std::function<void(const Graph&, const Node&, std::vector<TensorType>&)>;
+
+const TensorType* InputType(const Graph& g, const Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i] == kNoValue) return nullptr;
+  return &g.value(n.inputs[i]).type;
+}
+
+// Numpy-style broadcasting of two types; unknown where it cannot be decided.
+TensorType Broadcast(const TensorType& a, const TensorType& b, DType dtype) {
+  if (!a.rank_known || !b.rank_known) return TensorType::UnknownRank(dtype);
+  const int rank = std::max(a.rank(), b.rank());
+  TensorType out{dtype, true, std::vector<Dim>(rank)};
+  for (int i = 0; i < rank; ++i) {
+    const int ia = i - (rank - a.rank());
+    const int ib = i - (rank - b.rank());
+    const Dim* da = ia >= 0 ? &a.dims[ia] : nullptr;
+    const Dim* db = ib >= 0 ? &b.dims[ib] : nullptr;
+    if (da == nullptr) {
+      out.dims[i] = *db;
+    } else if (db == nullptr) {
+      out.dims[i] = *da;
+    } else if (da->is_known() && da->value == 1) {
+      out.dims[i] = *db;
+    } else if (db->is_known() && db->value == 1) {
+      out.dims[i] = *da;
+    } else if (*da == *db) {
+      out.dims[i] = *da;
+    } else if (da->is_known()) {
+      out.dims[i] = *da;  // the other is unknown and must equal it (or be 1)
+    } else if (db->is_known()) {
+      out.dims[i] = *db;
+    } else {
+      out.dims[i] = Dim::Unknown();
+    }
+  }
+  return out;
+}
+
+void SameAsInput0(const Graph& g, const Node& n, std::vector<TensorType>& out) {
+  if (const TensorType* t = InputType(g, n, 0)) out[0] = *t;
+}
+
+void BroadcastAll(const Graph& g, const Node& n, std::vector<TensorType>& out, bool to_bool) {
+  const TensorType* first = InputType(g, n, 0);
+  if (first == nullptr) return;
+  TensorType acc = *first;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    const TensorType* t = InputType(g, n, i);
+    if (t == nullptr) continue;
+    acc = Broadcast(acc, *t, acc.dtype != DType::kInvalid ? acc.dtype : t->dtype);
+  }
+  if (to_bool) acc.dtype = DType::kBool;
+  out[0] = acc;
+}
+
+std::optional<std::vector<int64_t>> ConstantInts(const Graph& g, const Node& n, size_t i) {
+  if (i >= n.inputs.size() || !g.IsConstant(n.inputs[i])) return std::nullopt;
+  const Tensor& t = *g.value(n.inputs[i]).constant;
+  std::vector<int64_t> v;
+  if (t.dtype() == DType::kInt64) {
+    for (int64_t x : t.span<int64_t>()) v.push_back(x);
+  } else if (t.dtype() == DType::kInt32) {
+    for (int32_t x : t.span<int32_t>()) v.push_back(x);
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+DType DTypeFromOnnxCode(int64_t code) {
+  switch (code) {
+    case 1: return DType::kFloat32;
+    case 2: return DType::kUInt8;
+    case 3: return DType::kInt8;
+    case 4: return DType::kUInt16;
+    case 5: return DType::kInt16;
+    case 6: return DType::kInt32;
+    case 7: return DType::kInt64;
+    case 8: return DType::kString;
+    case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
+    case 11: return DType::kFloat64;
+    case 12: return DType::kUInt32;
+    case 13: return DType::kUInt64;
+    case 16: return DType::kBFloat16;
+    default: return DType::kInvalid;
+  }
+}
+
+const absl::flat_hash_map<std::string, Rule>& Rules() {
+  static const auto* rules = [] {
+    auto* r = new absl::flat_hash_map<std::string, Rule>();
+    for (const char* op :
+         {"Identity", "Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "Erf",
+          "Gelu", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Round",
+          "Sin", "Cos", "Softplus", "Softsign", "Softmax", "LogSoftmax", "Clip", "Sign",
+          "Dropout", "BatchNormalization", "LayerNormalization", "InstanceNormalization",
+          "LRN", "HardSwish", "Mish", "Celu", "ThresholdedRelu", "PRelu", "Not", "CumSum"}) {
+      (*r)[op] = SameAsInput0;
+    }
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Sum",
+                           "Mean", "BitShift"}) {
+      (*r)[op] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+        BroadcastAll(g, n, out, false);
+      };
+    }
+    for (const char* op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And",
+                           "Or", "Xor"}) {
+      (*r)[op] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+        BroadcastAll(g, n, out, true);
+      };
+    }
+    (*r)["Where"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* c = InputType(g, n, 0);
+      const TensorType* x = InputType(g, n, 1);
+      const TensorType* y = InputType(g, n, 2);
+      if (!c || !x || !y) return;
+      out[0] = Broadcast(Broadcast(*c, *x, x->dtype), *y, x->dtype);
+    };
+    (*r)["Shape"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* t = InputType(g, n, 0);
+      out[0] = TensorType::Of(DType::kInt64, {-1});
+      if (t != nullptr && t->rank_known && !n.HasAttr("start") && !n.HasAttr("end")) {
+        out[0] = TensorType::Of(DType::kInt64, {t->rank()});
+      }
+    };
+    (*r)["Size"] = [](const Graph&, const Node&, std::vector<TensorType>& out) {
+      out[0] = TensorType::Of(DType::kInt64, {});
+    };
+    (*r)["MatMul"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* a = InputType(g, n, 0);
+      const TensorType* b = InputType(g, n, 1);
+      if (!a || !b) return;
+      if (!a->rank_known || !b->rank_known || a->rank() < 2 || b->rank() < 2) {
+        out[0] = TensorType::UnknownRank(a->dtype);
+        return;
+      }
+      TensorType batch_a{a->dtype, true, {a->dims.begin(), a->dims.end() - 2}};
+      TensorType batch_b{b->dtype, true, {b->dims.begin(), b->dims.end() - 2}};
+      TensorType t = Broadcast(batch_a, batch_b, a->dtype);
+      t.dims.push_back(a->dims[a->rank() - 2]);
+      t.dims.push_back(b->dims[b->rank() - 1]);
+      out[0] = t;
+    };
+    (*r)["Gemm"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* a = InputType(g, n, 0);
+      const TensorType* b = InputType(g, n, 1);
+      if (!a || !b || !a->rank_known || !b->rank_known || a->rank() != 2 || b->rank() != 2) {
+        return;
+      }
+      const Dim m = n.GetInt("transA", 0) ? a->dims[1] : a->dims[0];
+      const Dim k = n.GetInt("transB", 0) ? b->dims[0] : b->dims[1];
+      out[0] = TensorType{a->dtype, true, {m, k}};
+    };
+    (*r)["Transpose"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* t = InputType(g, n, 0);
+      if (!t) return;
+      if (!t->rank_known) {
+        out[0] = TensorType::UnknownRank(t->dtype);
+        return;
+      }
+      std::vector<int64_t> perm = n.GetInts("perm");
+      if (perm.empty()) {
+        for (int i = t->rank() - 1; i >= 0; --i) perm.push_back(i);
+      }
+      if (static_cast<int>(perm.size()) != t->rank()) return;
+      TensorType o{t->dtype, true, {}};
+      for (int64_t p : perm) {
+        if (p < 0 || p >= t->rank()) return;
+        o.dims.push_back(t->dims[p]);
+      }
+      out[0] = o;
+    };
+    (*r)["Concat"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* first = InputType(g, n, 0);
+      if (!first) return;
+      if (!first->rank_known) {
+        out[0] = TensorType::UnknownRank(first->dtype);
+        return;
+      }
+      int64_t axis = n.GetInt("axis", 0);
+      if (axis < 0) axis += first->rank();
+      if (axis < 0 || axis >= first->rank()) return;
+      TensorType o = *first;
+      int64_t total = 0;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const TensorType* t = InputType(g, n, i);
+        if (!t || !t->rank_known || t->rank() != first->rank() || !t->dims[axis].is_known()) {
+          total = -1;
+          break;
+        }
+        total += t->dims[axis].value;
+      }
+      o.dims[axis] = total >= 0 ? Dim::Known(total) : Dim::Unknown();
+      out[0] = o;
+    };
+    (*r)["Reshape"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* t = InputType(g, n, 0);
+      if (!t) return;
+      auto shape = ConstantInts(g, n, 1);
+      if (!shape) {
+        out[0] = TensorType::UnknownRank(t->dtype);
+        return;
+      }
+      TensorType o{t->dtype, true, {}};
+      for (size_t i = 0; i < shape->size(); ++i) {
+        const int64_t d = (*shape)[i];
+        if (d > 0 || (d == 0 && n.GetInt("allowzero", 0))) {
+          o.dims.push_back(Dim::Known(d));
+        } else if (d == 0 && t->rank_known && static_cast<int>(i) < t->rank()) {
+          o.dims.push_back(t->dims[i]);
+        } else {
+          o.dims.push_back(Dim::Unknown());
+        }
+      }
+      out[0] = o;
+    };
+    (*r)["Cast"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* t = InputType(g, n, 0);
+      if (!t || !n.HasAttr("to")) return;
+      out[0] = *t;
+      out[0].dtype = DType::kInvalid;
+      // "to" is ONNX's TensorProto code, or a DType name ("float") from other front ends.
+      if (const auto* name = std::get_if<std::string>(&n.attrs.at("to"))) {
+        auto dtype = DTypeFromName(*name);
+        if (dtype.ok()) out[0].dtype = *dtype;
+      } else {
+        out[0].dtype = DTypeFromOnnxCode(n.GetInt("to", 0));
+      }
+    };
+    return r;
+  }();
+  return *rules;
+}
+
+absl::Status InferGraph(Graph& graph) {
+  KILN_ASSIGN_OR_RETURN(std::vector<NodeId> order, graph.TopologicalOrder());
+  for (NodeId id : order) {
+    Node& node = graph.node(id);
+    // Subgraphs get their own inference; their outer values are typed by now.
+    for (auto& [key, attr] : node.attrs) {
+      if (auto* g = std::get_if<GraphPtr>(&attr); g && *g) {
+        KILN_RETURN_IF_ERROR(InferGraph(**g));
+      }
+    }
+    if (!node.domain.empty()) continue;
+    auto it = Rules().find(node.op);
+    if (it == Rules().end()) continue;
+    std::vector<TensorType> out(node.outputs.size());
+    if (out.empty()) continue;
+    it->second(graph, node, out);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const ValueId v = node.outputs[i];
+      if (v == kNoValue) continue;
+      TensorType& current = graph.value(v).type;
+      // Keep what an importer declared when the rule learned nothing.
+      if (out[i].dtype == DType::kInvalid && !out[i].rank_known) continue;
+      if (out[i].dtype == DType::kInvalid) out[i].dtype = current.dtype;
+      if (!out[i].rank_known && current.rank_known) {
+        current.dtype = out[i].dtype;
+        continue;
+      }
+      current = out[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InferShapes(Graph& graph) { return InferGraph(graph); }
+
+}  // namespace kiln::ir
