@@ -1,0 +1,124 @@
+#include "kiln/data/formats/tfrecord.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/data/formats/crc32c.h"
+
+namespace kiln::data::formats {
+namespace {
+
+constexpr size_t kHeaderSize = sizeof(uint64_t) + sizeof(uint32_t);
+constexpr size_t kFooterSize = sizeof(uint32_t);
+
+uint32_t LoadLE32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t LoadLE64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+void AppendLE32(uint32_t v, std::string* out) { out->append(reinterpret_cast<char*>(&v), 4); }
+void AppendLE64(uint64_t v, std::string* out) { out->append(reinterpret_cast<char*>(&v), 8); }
+
+void EncodeHeader(absl::string_view record, std::string* header) {
+  header->clear();
+  AppendLE64(record.size(), header);
+  AppendLE32(crc32c::Mask(crc32c::Value(header->data(), 8)), header);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::string& path,
+                                                                 Compression compression,
+                                                                 size_t buffer_size) {
+  KILN_ASSIGN_OR_RETURN(auto stream, InputStream::OpenFile(path, compression, buffer_size));
+  return std::unique_ptr<RecordReader>(new RecordReader(std::move(stream)));
+}
+
+std::unique_ptr<RecordReader> RecordReader::FromString(std::string data, Compression compression,
+                                                       std::string name) {
+  return std::unique_ptr<RecordReader>(new RecordReader(
+      InputStream::FromString(std::move(data), compression, std::move(name))));
+}
+
+absl::Status RecordReader::Corrupt(absl::string_view what) const {
+  return absl::DataLossError(absl::StrCat(what, " in TFRecord file ", stream_->name(),
+                                          " at byte offset ", offset_));
+}
+
+absl::Status RecordReader::Read(std::string* record) {
+  header_.clear();
+  KILN_ASSIGN_OR_RETURN(size_t got, stream_->ReadAppend(kHeaderSize, &header_));
+  if (got == 0) return absl::OutOfRangeError(absl::StrCat("end of ", stream_->name()));
+  if (got < kHeaderSize) {
+    return Corrupt(absl::StrCat("truncated record header (", got, " of ", kHeaderSize, " bytes)"));
+  }
+  const uint64_t length = LoadLE64(header_.data());
+  if (crc32c::Unmask(LoadLE32(header_.data() + 8)) != crc32c::Value(header_.data(), 8)) {
+    return Corrupt("corrupted record: length CRC mismatch");
+  }
+  record->clear();
+  KILN_ASSIGN_OR_RETURN(got, stream_->ReadAppend(length, record));
+  if (got < length) {
+    return Corrupt(absl::StrCat("truncated record (", got, " of ", length, " data bytes)"));
+  }
+  header_.clear();
+  KILN_ASSIGN_OR_RETURN(got, stream_->ReadAppend(kFooterSize, &header_));
+  if (got < kFooterSize) return Corrupt("truncated record (data CRC missing)");
+  if (crc32c::Unmask(LoadLE32(header_.data())) != crc32c::Value(record->data(), record->size())) {
+    return Corrupt("corrupted record: data CRC mismatch");
+  }
+  offset_ = stream_->position();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(const std::string& path,
+                                                                 Compression compression) {
+  KILN_ASSIGN_OR_RETURN(auto stream, OutputStream::OpenFile(path, compression));
+  return std::unique_ptr<RecordWriter>(new RecordWriter(std::move(stream)));
+}
+
+absl::Status RecordWriter::Write(absl::string_view record) {
+  char frame[kHeaderSize];
+  const uint64_t length = record.size();
+  std::memcpy(frame, &length, 8);
+  const uint32_t length_crc = crc32c::Mask(crc32c::Value(frame, 8));
+  std::memcpy(frame + 8, &length_crc, 4);
+  KILN_RETURN_IF_ERROR(stream_->Write(absl::string_view(frame, kHeaderSize)));
+  KILN_RETURN_IF_ERROR(stream_->Write(record));
+  const uint32_t data_crc = crc32c::Mask(crc32c::Value(record.data(), record.size()));
+  return stream_->Write(absl::string_view(reinterpret_cast<const char*>(&data_crc), 4));
+}
+
+absl::Status RecordWriter::Flush() { return stream_->Flush(); }
+absl::Status RecordWriter::Close() { return stream_->Close(); }
+
+absl::StatusOr<std::vector<std::string>> ParseRecords(absl::string_view data,
+                                                      Compression compression,
+                                                      absl::string_view name) {
+  auto reader = RecordReader::FromString(std::string(data), compression, std::string(name));
+  std::vector<std::string> records;
+  std::string record;
+  while (true) {
+    absl::Status status = reader->Read(&record);
+    if (absl::IsOutOfRange(status)) break;
+    KILN_RETURN_IF_ERROR(status);
+    records.push_back(record);
+  }
+  return records;
+}
+
+std::string SerializeRecord(absl::string_view record) {
+  std::string out;
+  EncodeHeader(record, &out);
+  out.append(record.data(), record.size());
+  AppendLE32(crc32c::Mask(crc32c::Value(record.data(), record.size())), &out);
+  return out;
+}
+
+}  // namespace kiln::data::formats
