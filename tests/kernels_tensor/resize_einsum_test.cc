@@ -1,0 +1,1 @@
+#include "tests/kernels_tensor/test_util.h"
