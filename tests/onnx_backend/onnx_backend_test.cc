@@ -53,6 +53,7 @@ enum class Outcome { kPassed, kFailed, kUnsupported, kExcluded };
 
 struct CaseResult {
   std::string name;
+  std::set<std::string> ops;  // default-domain ops the model uses
   Outcome outcome = Outcome::kFailed;
   std::string detail;                 // failure message or exclusion reason
   std::vector<std::string> blockers;  // ops (or features) that made it unsupported
@@ -167,6 +168,9 @@ CaseResult RunCase(const fs::path& dir) {
   }
   std::set<std::pair<std::string, std::string>> ops;
   CollectOps(proto.graph(), ops);
+  for (const auto& [domain, op] : ops) {
+    if (domain.empty()) result.ops.insert(op);
+  }
   for (const auto& [domain, op] : ops) {
     if (domain == "ai.onnx.preview.training") {
       result.outcome = Outcome::kExcluded;
@@ -308,6 +312,40 @@ CaseResult RunCase(const fs::path& dir) {
   return result;
 }
 
+// Writes onnx_ops.md next to the data: for every ONNX op the importer knows, whether a CPU
+// kernel is registered and how many backend cases using it pass. docs/ONNX.md embeds it.
+void WriteOpsTable(const std::vector<CaseResult>& results, int passed, int counted) {
+  std::map<std::string, std::pair<int, int>> per_op;  // op -> (passed, counted cases)
+  for (const CaseResult& r : results) {
+    if (r.outcome == Outcome::kExcluded) continue;
+    for (const std::string& op : r.ops) {
+      per_op[op].second++;
+      if (r.outcome == Outcome::kPassed) per_op[op].first++;
+    }
+  }
+  std::string md = absl::StrCat("Backend node suite (onnx 1.12): ", passed, " of ", counted,
+                                " counted cases pass.\n\n| op | CPU kernel | backend cases passed |\n"
+                                "|---|---|---|\n");
+  for (const std::string& op : import::KnownOnnxOps()) {
+#if KILN_HAVE_RUNTIME
+    // The importer rewrites these into other ops (Constant into constants).
+    const std::string runs_as = op == "Upsample"  ? "Resize"
+                                : op == "Scatter" ? "ScatterElements"
+                                                  : op;
+    const bool kernel = op == "Constant" ||
+                        kernels::KernelRegistry::Global().Find("", runs_as) != nullptr;
+#else
+    const bool kernel = false;
+#endif
+    std::string cases = "-";
+    if (auto it = per_op.find(op); it != per_op.end()) {
+      cases = absl::StrCat(it->second.first, "/", it->second.second);
+    }
+    absl::StrAppend(&md, "| ", op, " | ", kernel ? "yes" : "no", " | ", cases, " |\n");
+  }
+  std::ofstream(fs::path(ONNX_BACKEND_DATA_DIR) / "onnx_ops.md") << md;
+}
+
 TEST(OnnxBackendSuite, NodeTests) {
   const fs::path root = fs::path(ONNX_BACKEND_DATA_DIR) / "node";
   if (!fs::exists(root)) {
@@ -376,6 +414,8 @@ TEST(OnnxBackendSuite, NodeTests) {
       ADD_FAILURE() << r.name << " now passes: remove it from KnownFailures()";
     }
   }
+  WriteOpsTable(results, passed, counted);
+
   EXPECT_GE(rate, kMinPassRate) << "pass rate fell below the threshold";
   EXPECT_LT(seconds, 60.0) << "the suite must stay fast for CI";
 }

@@ -142,6 +142,9 @@ absl::Status NodeEmitter::EmitSoftmaxFamily() {
   }
   // Before opset 13 these ops flattened the input to 2-D at `axis` (default 1) and worked on
   // the second dimension; from 13 on they work along one axis (default -1).
+  if (Input(0) == kNoValue) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " '", NodeName(), "' has no input"));
+  }
   int64_t axis = 1;
   if (auto it = attrs_.find("axis"); it != attrs_.end()) {
     if (auto* i = std::get_if<int64_t>(&it->second)) axis = *i;
