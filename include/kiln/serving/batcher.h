@@ -1,0 +1,85 @@
+// Server-side batching with TF Serving's semantics: requests for one model version and
+// signature are merged into a batch (up to max_batch_size rows), the batch is padded up to the
+// next allowed_batch_sizes entry, run once, and the outputs are split back per request. A
+// batch closes when it is full or batch_timeout_micros after its first request; at most
+// max_enqueued_batches wait, and a request that would need more is refused at once with
+// UNAVAILABLE instead of queueing without bound.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/core/tensor.h"
+#include "kiln/serving/metrics.h"
+#include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
+
+namespace kiln::serving {
+
+struct BatchingOptions {
+  int64_t max_batch_size = 1000;
+  int64_t batch_timeout_micros = 0;
+  int64_t max_enqueued_batches = 100;
+  int num_batch_threads = 0;  // 0: the number of cores
+  std::vector<int64_t> allowed_batch_sizes;  // empty: any size up to max_batch_size
+  bool pad_variable_length_inputs = false;
+};
+
+// Reads BatchingParameters (unset fields keep TF Serving's defaults) and checks them:
+// allowed_batch_sizes ascending and ending at max_batch_size.
+absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
+    const tensorflow::serving::BatchingParameters& params);
+
+// The batch size a batch of `rows` rows is padded to.
+int64_t PaddedBatchSize(const BatchingOptions& options, int64_t rows);
+
+class Batcher {
+ public:
+  using TensorMap = std::map<std::string, Tensor>;
+  using RunFn = std::function<absl::StatusOr<TensorMap>(const TensorMap& inputs)>;
+
+  // `name` labels the batching metrics (the model name).
+  Batcher(BatchingOptions options, RunFn run, std::string name, ServingMetrics* metrics);
+  // Finishes every queued batch, then joins the threads.
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Runs `inputs` (every tensor has the request's rows in dimension 0) as part of a batch;
+  // blocks until its outputs are ready.
+  absl::StatusOr<TensorMap> Run(TensorMap inputs);
+
+  const BatchingOptions& options() const { return options_; }
+
+ private:
+  struct Task;
+  struct Batch {
+    std::vector<std::shared_ptr<Task>> tasks;
+    int64_t rows = 0;
+    int64_t deadline_ns = 0;
+    std::string shape_key;
+    bool closed = false;
+  };
+
+  void WorkerLoop();
+  void Process(Batch batch);
+
+  const BatchingOptions options_;
+  const RunFn run_;
+  const std::string name_;
+  ServingMetrics* const metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace kiln::serving

@@ -1,0 +1,158 @@
+// The servable manager: which models and versions are loaded, polling of their base paths,
+// version policies and labels, warmup, and the lookup that every request goes through.
+//
+// A loaded version is held by a shared_ptr: a request that looked it up keeps it alive, so a
+// version being unloaded finishes its in-flight requests. A new version is loaded (and warmed
+// up) before the version it replaces is unloaded, so a model never becomes unavailable during
+// a version transition; a version that fails to load is reported in the model's status and
+// the versions already serving keep serving.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/runtime/model.h"
+#include "kiln/serving/batcher.h"
+#include "kiln/serving/metrics.h"
+#include "tensorflow_serving/apis/get_model_status.pb.h"
+#include "tensorflow_serving/config/model_server_config.pb.h"
+
+namespace kiln::serving {
+
+using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<runtime::Model>>(
+    const std::string& path, const runtime::ModelOptions& options)>;
+
+// One loaded version of a model.
+class ServableVersion {
+ public:
+  ServableVersion(std::string name, int64_t version, std::shared_ptr<runtime::Model> model,
+                  std::optional<BatchingOptions> batching, ServingMetrics* metrics);
+
+  const std::string& name() const { return name_; }
+  int64_t version() const { return version_; }
+  const runtime::Model& model() const { return *model_; }
+
+  // Runs a signature, through the batcher when batching is on.
+  absl::StatusOr<std::map<std::string, Tensor>> Run(const std::string& signature,
+                                                    std::map<std::string, Tensor> inputs) const;
+
+ private:
+  const std::string name_;
+  const int64_t version_;
+  const std::shared_ptr<runtime::Model> model_;
+  const std::optional<BatchingOptions> batching_;
+  ServingMetrics* const metrics_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::unique_ptr<Batcher>> batchers_;  // by signature
+};
+
+// What a request names: a model and optionally a version or a label.
+struct ModelSpecRef {
+  std::string name;
+  std::optional<int64_t> version;
+  std::string label;  // non-empty: a version label
+
+  // "Latest(name)", "Specific(name, 3)" or "Label(name, stable)" as TF Serving writes them.
+  std::string DebugString() const;
+};
+
+struct VersionStatus {
+  int64_t version = 0;
+  tensorflow::serving::ModelVersionStatus::State state =
+      tensorflow::serving::ModelVersionStatus::UNKNOWN;
+  absl::Status status;
+};
+
+struct ServerCoreOptions {
+  runtime::ModelOptions model_options;
+  ModelLoader loader;  // empty: runtime::Model::Load
+  bool enable_model_warmup = true;
+  int num_warmup_iterations = 1;
+  // <= 0: the base paths are read once (TF Serving: 0 polls once; negative never polls).
+  int64_t file_system_poll_wait_seconds = 1;
+  std::optional<BatchingOptions> batching;  // set: --enable_batching
+  bool allow_precompilation = false;
+  bool allow_version_labels_for_unavailable_models = false;
+  ServingMetrics* metrics = nullptr;
+};
+
+class ServerCore {
+ public:
+  // Validates `config`, loads the models it names (waiting until every model's first versions
+  // were tried) and starts polling. Fails when the config is invalid or a model's version
+  // fails to load at startup (as tensorflow_model_server exits then).
+  static absl::StatusOr<std::unique_ptr<ServerCore>> Create(
+      ServerCoreOptions options, const tensorflow::serving::ModelServerConfig& config);
+  ~ServerCore();
+
+  // Replaces the served models: new models are loaded (this waits for them), removed ones
+  // unloaded, changed policies and labels applied.
+  absl::Status ReloadConfig(const tensorflow::serving::ModelServerConfig& config);
+
+  absl::StatusOr<std::shared_ptr<const ServableVersion>> Lookup(const ModelSpecRef& spec) const;
+  // The versions of a model (one when `version` is set), ascending.
+  absl::StatusOr<std::vector<VersionStatus>> GetStatus(const std::string& name,
+                                                       std::optional<int64_t> version) const;
+  // Resolves a label to its version.
+  absl::StatusOr<int64_t> ResolveLabel(const std::string& name, const std::string& label) const;
+  std::vector<std::string> ModelNames() const;
+  // True when every configured model has an available version.
+  bool AllModelsAvailable() const;
+
+  // One pass over every base path (the poll thread calls this; tests call it directly).
+  void PollNow();
+  // Stops the poll thread; loaded versions stay until destruction.
+  void Stop();
+
+  const ServerCoreOptions& options() const { return options_; }
+
+ private:
+  struct VersionEntry {
+    VersionStatus status;
+    std::shared_ptr<const ServableVersion> servable;
+  };
+  struct ModelEntry {
+    tensorflow::serving::ModelConfig config;
+    std::map<int64_t, VersionEntry> versions;
+    std::string last_listing_error;
+  };
+
+  explicit ServerCore(ServerCoreOptions options);
+  absl::Status ApplyConfig(const tensorflow::serving::ModelServerConfig& config);
+  // Loads what each model's policy wants and unloads what it no longer wants; returns the
+  // load errors of this pass.
+  absl::Status PollModels(const std::vector<std::string>& names);
+  absl::StatusOr<std::shared_ptr<const ServableVersion>> LoadVersion(
+      const tensorflow::serving::ModelConfig& config, int64_t version);
+  void PollLoop();
+
+  const ServerCoreOptions options_;
+  mutable std::mutex mu_;  // guards models_
+  std::map<std::string, ModelEntry> models_;
+  std::mutex poll_mu_;  // one poll pass at a time
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread poll_thread_;
+};
+
+// Reads a ModelServerConfig text proto file (errors name the file and the parse error).
+absl::StatusOr<tensorflow::serving::ModelServerConfig> ReadModelServerConfig(
+    const std::string& path);
+// A config serving one model (--model_name + --model_base_path).
+tensorflow::serving::ModelServerConfig SingleModelConfig(const std::string& name,
+                                                         const std::string& base_path);
+
+// tensorflow.error.Code / absl::StatusCode names ("OK", "INVALID_ARGUMENT", ...).
+std::string StatusCodeName(absl::StatusCode code);
+
+}  // namespace kiln::serving

@@ -1,0 +1,545 @@
+#include "kiln/serving/server_core.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "kiln/core/clock.h"
+#include "kiln/core/status.h"
+#include "kiln/serving/inference.h"
+
+namespace kiln::serving {
+
+namespace fs = std::filesystem;
+using tensorflow::serving::ModelConfig;
+using tensorflow::serving::ModelServerConfig;
+using tensorflow::serving::ModelVersionStatus;
+
+std::string StatusCodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return "OK";
+    case absl::StatusCode::kCancelled: return "CANCELLED";
+    case absl::StatusCode::kUnknown: return "UNKNOWN";
+    case absl::StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case absl::StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case absl::StatusCode::kNotFound: return "NOT_FOUND";
+    case absl::StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
+    case absl::StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case absl::StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case absl::StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case absl::StatusCode::kAborted: return "ABORTED";
+    case absl::StatusCode::kOutOfRange: return "OUT_OF_RANGE";
+    case absl::StatusCode::kUnimplemented: return "UNIMPLEMENTED";
+    case absl::StatusCode::kInternal: return "INTERNAL";
+    case absl::StatusCode::kUnavailable: return "UNAVAILABLE";
+    case absl::StatusCode::kDataLoss: return "DATA_LOSS";
+    case absl::StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
+    default: break;
+  }
+  return "UNKNOWN";
+}
+
+std::string ModelSpecRef::DebugString() const {
+  if (version.has_value()) return absl::StrCat("Specific(", name, ", ", *version, ")");
+  if (!label.empty()) return absl::StrCat("Label(", name, ", ", label, ")");
+  return absl::StrCat("Latest(", name, ")");
+}
+
+ServableVersion::ServableVersion(std::string name, int64_t version,
+                                 std::shared_ptr<runtime::Model> model,
+                                 std::optional<BatchingOptions> batching, ServingMetrics* metrics)
+    : name_(std::move(name)), version_(version), model_(std::move(model)),
+      batching_(std::move(batching)), metrics_(metrics) {}
+
+absl::StatusOr<std::map<std::string, Tensor>> ServableVersion::Run(
+    const std::string& signature, std::map<std::string, Tensor> inputs) const {
+  if (!batching_.has_value()) return model_->Run(signature, inputs);
+  Batcher* batcher;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = batchers_[signature];
+    if (slot == nullptr) {
+      std::shared_ptr<runtime::Model> model = model_;
+      slot = std::make_unique<Batcher>(
+          *batching_,
+          [model, signature](const Batcher::TensorMap& batch) {
+            return model->Run(signature, batch);
+          },
+          name_, metrics_);
+    }
+    batcher = slot.get();
+  }
+  return batcher->Run(std::move(inputs));
+}
+
+absl::StatusOr<ModelServerConfig> ReadModelServerConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read model config file ", path));
+  std::stringstream text;
+  text << file.rdbuf();
+  ModelServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string errors;
+    void AddError(int line, int column, const std::string& message) override {
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", "line ", line + 1, " column ",
+                      column + 1, ": ", message);
+    }
+  } collector;
+  parser.RecordErrorsTo(&collector);
+  if (!parser.ParseFromString(text.str(), &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config file ", path, " is not a valid ModelServerConfig text proto: ",
+                     collector.errors));
+  }
+  return config;
+}
+
+ModelServerConfig SingleModelConfig(const std::string& name, const std::string& base_path) {
+  ModelServerConfig config;
+  ModelConfig* model = config.mutable_model_config_list()->add_config();
+  model->set_name(name);
+  model->set_base_path(base_path);
+  model->set_model_platform("tensorflow");
+  return config;
+}
+
+namespace {
+
+absl::Status ValidateConfig(const ModelServerConfig& config) {
+  if (config.has_custom_model_config()) {
+    return absl::InvalidArgumentError("custom_model_config is not supported; use model_config_list");
+  }
+  std::set<std::string> names;
+  for (const ModelConfig& model : config.model_config_list().config()) {
+    if (model.name().empty()) return absl::InvalidArgumentError("a model config has no name");
+    if (!names.insert(model.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Illegal to list model ", model.name(), " multiple times in config list"));
+    }
+    if (model.base_path().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", model.name(), " has an empty base_path"));
+    }
+    const std::string& platform = model.model_platform();
+    if (!platform.empty() && platform != "tensorflow" && platform != "onnx") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", model.name(), ": model_platform \"", platform,
+          "\" is not supported (\"tensorflow\" or \"onnx\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Numeric folders under the base path. Others (temporary export folders) are ignored, as TF
+// Serving does.
+absl::StatusOr<std::vector<int64_t>> ListVersions(const std::string& base_path) {
+  std::error_code error;
+  if (!fs::is_directory(base_path, error)) {
+    return absl::NotFoundError(absl::StrCat("File system source path does not exist: ",
+                                            base_path));
+  }
+  std::vector<int64_t> versions;
+  for (const auto& entry : fs::directory_iterator(base_path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 18 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); })) {
+      continue;
+    }
+    if (!entry.is_directory(error)) continue;
+    versions.push_back(std::stoll(name));
+  }
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot list ", base_path, ": ", error.message()));
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+std::set<int64_t> AspiredVersions(const ModelConfig& config, const std::vector<int64_t>& present) {
+  std::set<int64_t> aspired;
+  const auto& policy = config.model_version_policy();
+  if (policy.has_all()) {
+    aspired.insert(present.begin(), present.end());
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (std::binary_search(present.begin(), present.end(), v)) aspired.insert(v);
+    }
+  } else {
+    const size_t n = policy.has_latest() && policy.latest().num_versions() > 0
+                         ? policy.latest().num_versions()
+                         : 1;
+    for (size_t i = 0; i < n && i < present.size(); ++i) {
+      aspired.insert(present[present.size() - 1 - i]);
+    }
+  }
+  return aspired;
+}
+
+// The file or folder Model::Load gets for a version folder.
+std::string ModelPathInVersion(const ModelConfig& config, const std::string& dir) {
+  std::error_code error;
+  if (fs::exists(fs::path(dir) / "saved_model.pb", error) ||
+      fs::exists(fs::path(dir) / "saved_model.pbtxt", error)) {
+    return dir;
+  }
+  std::vector<std::string> onnx_files;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (entry.path().extension() == ".onnx") onnx_files.push_back(entry.path().string());
+  }
+  std::sort(onnx_files.begin(), onnx_files.end());
+  if (!onnx_files.empty()) {
+    for (const auto& file : onnx_files) {
+      if (fs::path(file).filename() == "model.onnx") return file;
+    }
+    return onnx_files[0];
+  }
+  return dir;
+}
+
+}  // namespace
+
+ServerCore::ServerCore(ServerCoreOptions options) : options_(std::move(options)) {}
+
+ServerCore::~ServerCore() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(ServerCoreOptions options,
+                                                               const ModelServerConfig& config) {
+  if (!options.loader) {
+    options.loader = [](const std::string& path, const runtime::ModelOptions& model_options)
+        -> absl::StatusOr<std::shared_ptr<runtime::Model>> {
+#ifdef KILN_SERVING_HAVE_RUNTIME
+      return runtime::Model::Load(path, model_options);
+#else
+      return absl::UnimplementedError(
+          absl::StrCat("cannot load ", path, ": this build has no model runtime"));
+#endif
+    };
+  }
+  std::unique_ptr<ServerCore> core(new ServerCore(std::move(options)));
+  KILN_RETURN_IF_ERROR(core->ReloadConfig(config));
+  if (core->options_.file_system_poll_wait_seconds > 0) {
+    core->poll_thread_ = std::thread([raw = core.get()] { raw->PollLoop(); });
+  }
+  return core;
+}
+
+void ServerCore::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (poll_thread_.joinable()) poll_thread_.join();
+}
+
+void ServerCore::PollLoop() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, std::chrono::seconds(options_.file_system_poll_wait_seconds));
+    if (stopping_) break;
+    lock.unlock();
+    PollNow();
+    lock.lock();
+  }
+}
+
+absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
+  KILN_RETURN_IF_ERROR(ValidateConfig(config));
+  std::lock_guard<std::mutex> poll_lock(poll_mu_);
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::set<std::string> wanted;
+    for (const ModelConfig& model : config.model_config_list().config()) {
+      wanted.insert(model.name());
+      names.push_back(model.name());
+      ModelEntry& entry = models_[model.name()];
+      if (entry.config.base_path() != model.base_path()) {
+        // A new base path is a new model: its versions are reloaded from there.
+        for (auto& [v, version] : entry.versions) {
+          if (version.servable != nullptr) {
+            version.servable.reset();
+            version.status.state = ModelVersionStatus::END;
+          }
+        }
+      }
+      entry.config = model;
+    }
+    for (auto it = models_.begin(); it != models_.end();) {
+      if (wanted.count(it->first) == 0) {
+        it = models_.erase(it);  // in-flight requests keep their versions alive
+      } else {
+        ++it;
+      }
+    }
+  }
+  KILN_RETURN_IF_ERROR(PollModels(names));
+  // Labels must point at available versions (unless allowed otherwise), as in TF Serving.
+  if (!options_.allow_version_labels_for_unavailable_models) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ModelConfig& model : config.model_config_list().config()) {
+      const ModelEntry& entry = models_[model.name()];
+      for (const auto& [label, version] : model.version_labels()) {
+        auto it = entry.versions.find(version);
+        if (it == entry.versions.end() || it->second.servable == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "Request to assign label to version ", version, " of model ", model.name(),
+              ", which is not currently available for inference"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ServerCore::PollNow() {
+  std::lock_guard<std::mutex> poll_lock(poll_mu_);
+  PollModels(ModelNames()).IgnoreError();
+}
+
+absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
+  absl::Status first_error;
+  for (const std::string& name : names) {
+    ModelConfig config;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = models_.find(name);
+      if (it == models_.end()) continue;
+      config = it->second.config;
+    }
+    auto present = ListVersions(config.base_path());
+    if (!present.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = models_.find(name);
+      if (it != models_.end() && it->second.last_listing_error != present.status().message()) {
+        it->second.last_listing_error = std::string(present.status().message());
+        std::fprintf(stderr, "kiln serve: model %s: %s\n", name.c_str(),
+                     it->second.last_listing_error.c_str());
+      }
+      continue;
+    }
+    const std::set<int64_t> aspired = AspiredVersions(config, *present);
+    // Load first: the versions being replaced keep serving until the new ones are ready.
+    for (int64_t version : aspired) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = models_.find(name);
+        if (it == models_.end()) break;
+        auto v = it->second.versions.find(version);
+        // A version that failed is not retried until its folder is replaced (it disappears
+        // from the listing and comes back).
+        if (v != it->second.versions.end() &&
+            (v->second.servable != nullptr || !v->second.status.status.ok())) {
+          continue;
+        }
+        VersionEntry& entry = it->second.versions[version];
+        entry.status.version = version;
+        entry.status.state = ModelVersionStatus::LOADING;
+        entry.status.status = absl::OkStatus();
+      }
+      auto loaded = LoadVersion(config, version);
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = models_.find(name);
+      if (it == models_.end()) break;
+      VersionEntry& entry = it->second.versions[version];
+      if (loaded.ok()) {
+        entry.servable = *loaded;
+        entry.status.state = ModelVersionStatus::AVAILABLE;
+        std::fprintf(stderr, "kiln serve: model %s version %lld is available\n", name.c_str(),
+                     static_cast<long long>(version));
+      } else {
+        entry.status.state = ModelVersionStatus::END;
+        entry.status.status = loaded.status();
+        std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n",
+                     name.c_str(), static_cast<long long>(version),
+                     std::string(loaded.status().message()).c_str());
+        if (first_error.ok()) first_error = loaded.status();
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) continue;
+    // An aspired version that failed to load is replaced by the newest versions already
+    // serving, so a bad export never takes a model down.
+    size_t deficit = 0;
+    for (int64_t version : aspired) {
+      auto v = it->second.versions.find(version);
+      if (v == it->second.versions.end() || v->second.servable == nullptr) ++deficit;
+    }
+    std::set<int64_t> keep;
+    for (auto v = it->second.versions.rbegin(); v != it->second.versions.rend() && deficit > 0;
+         ++v) {
+      if (!aspired.count(v->first) && v->second.servable != nullptr &&
+          std::binary_search(present->begin(), present->end(), v->first)) {
+        keep.insert(v->first);
+        --deficit;
+      }
+    }
+    for (auto& [version, entry] : it->second.versions) {
+      const bool in_listing = std::binary_search(present->begin(), present->end(), version);
+      if (!aspired.count(version) && !keep.count(version) && entry.servable != nullptr) {
+        entry.servable.reset();
+        entry.status.state = ModelVersionStatus::END;
+        std::fprintf(stderr, "kiln serve: model %s version %lld unloaded\n", name.c_str(),
+                     static_cast<long long>(version));
+      }
+      // A failed version whose folder went away may be retried when it reappears.
+      if (!in_listing && !entry.status.status.ok()) entry.status.status = absl::OkStatus();
+    }
+  }
+  return first_error;
+}
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
+    const ModelConfig& config, int64_t version) {
+  const std::string dir = (fs::path(config.base_path()) / std::to_string(version)).string();
+  // Version folders may be zero-padded ("00000123").
+  std::string version_dir = dir;
+  std::error_code error;
+  if (!fs::is_directory(version_dir, error)) {
+    for (const auto& entry : fs::directory_iterator(config.base_path(), error)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.empty() && std::all_of(name.begin(), name.end(),
+                                       [](char c) { return absl::ascii_isdigit(c); }) &&
+          name.size() <= 18 && std::stoll(name) == version) {
+        version_dir = entry.path().string();
+        break;
+      }
+    }
+  }
+  const std::string path = ModelPathInVersion(config, version_dir);
+  const int64_t start_ns = NowNanos();
+  auto model = options_.loader(path, options_.model_options);
+  ServingMetrics* metrics = options_.metrics;
+  if (metrics != nullptr) {
+    metrics->load_attempt_count.Increment({path, model.ok() ? "success" : "fail"});
+  }
+  if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", path));
+  if (metrics != nullptr) metrics->load_latency.Increment({path}, (NowNanos() - start_ns) / 1e3);
+  auto servable = std::make_shared<ServableVersion>(config.name(), version, *model,
+                                                    options_.batching, metrics);
+  if (options_.allow_precompilation) {
+    std::vector<int64_t> batch_sizes = {1};
+    if (options_.batching.has_value() && !options_.batching->allowed_batch_sizes.empty()) {
+      batch_sizes = options_.batching->allowed_batch_sizes;
+    }
+    for (const auto& [key, signature] : (*model)->signatures()) {
+      for (int64_t batch : batch_sizes) {
+        std::map<std::string, Shape> shapes;
+        bool known = true;
+        for (const auto& [input, info] : signature.inputs) {
+          if (!info.rank_known || info.shape.empty()) {
+            known = false;
+            break;
+          }
+          Shape shape(info.shape);
+          if (shape.dim(0) < 0) shape.set_dim(0, batch);
+          for (int d = 1; d < shape.rank(); ++d) known &= shape.dim(d) >= 0;
+          shapes[input] = shape;
+        }
+        if (!known) break;
+        KILN_RETURN_IF_ERROR(
+            Annotate((*model)->Precompile(key, shapes),
+                     absl::StrCat("precompiling signature ", key, " for batch size ", batch)));
+      }
+    }
+  }
+  if (options_.enable_model_warmup) {
+    const int64_t warmup_start_ns = NowNanos();
+    KILN_RETURN_IF_ERROR(Annotate(RunWarmup(*servable, options_.num_warmup_iterations),
+                                  absl::StrCat("warmup of ", path)));
+    if (metrics != nullptr) {
+      metrics->model_warmup_latency.Observe({path}, (NowNanos() - warmup_start_ns) / 1e3);
+    }
+  }
+  return std::shared_ptr<const ServableVersion>(std::move(servable));
+}
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
+    const ModelSpecRef& spec) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(spec.name);
+  const absl::Status not_found = absl::NotFoundError(
+      absl::StrCat("Servable not found for request: ", spec.DebugString()));
+  if (it == models_.end()) return not_found;
+  const ModelEntry& entry = it->second;
+  if (!spec.label.empty()) {
+    auto label = entry.config.version_labels().find(spec.label);
+    if (label == entry.config.version_labels().end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unrecognized servable version label: ", spec.label));
+    }
+    auto v = entry.versions.find(label->second);
+    if (v == entry.versions.end() || v->second.servable == nullptr) return not_found;
+    return v->second.servable;
+  }
+  if (spec.version.has_value()) {
+    auto v = entry.versions.find(*spec.version);
+    if (v == entry.versions.end() || v->second.servable == nullptr) return not_found;
+    return v->second.servable;
+  }
+  for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) {
+    if (v->second.servable != nullptr) return v->second.servable;
+  }
+  return not_found;
+}
+
+absl::StatusOr<int64_t> ServerCore::ResolveLabel(const std::string& name,
+                                                 const std::string& label) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("Could not find any versions of model ", name));
+  }
+  auto found = it->second.config.version_labels().find(label);
+  if (found == it->second.config.version_labels().end()) {
+    return absl::InvalidArgumentError(absl::StrCat("Unrecognized servable version label: ", label));
+  }
+  return found->second;
+}
+
+absl::StatusOr<std::vector<VersionStatus>> ServerCore::GetStatus(
+    const std::string& name, std::optional<int64_t> version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second.versions.empty()) {
+    return absl::NotFoundError(absl::StrCat("Could not find any versions of model ", name));
+  }
+  std::vector<VersionStatus> result;
+  for (const auto& [v, entry] : it->second.versions) {
+    if (version.has_value() && v != *version) continue;
+    result.push_back(entry.status);
+  }
+  if (result.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("Could not find version ", *version, " of model ", name));
+  }
+  return result;
+}
+
+std::vector<std::string> ServerCore::ModelNames() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : models_) names.push_back(name);
+  return names;
+}
+
+bool ServerCore::AllModelsAvailable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, entry] : models_) {
+    bool any = false;
+    for (const auto& [v, version] : entry.versions) any |= version.servable != nullptr;
+    if (!any) return false;
+  }
+  return true;
+}
+
+}  // namespace kiln::serving

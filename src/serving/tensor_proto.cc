@@ -1,0 +1,198 @@
+#include "kiln/serving/tensor_proto.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::serving {
+
+absl::StatusOr<DType> DTypeFromProto(tensorflow::DataType dtype) {
+  switch (dtype) {
+    case tensorflow::DT_FLOAT: return DType::kFloat32;
+    case tensorflow::DT_DOUBLE: return DType::kFloat64;
+    case tensorflow::DT_HALF: return DType::kFloat16;
+    case tensorflow::DT_BFLOAT16: return DType::kBFloat16;
+    case tensorflow::DT_INT8: return DType::kInt8;
+    case tensorflow::DT_UINT8: return DType::kUInt8;
+    case tensorflow::DT_INT16: return DType::kInt16;
+    case tensorflow::DT_UINT16: return DType::kUInt16;
+    case tensorflow::DT_INT32: return DType::kInt32;
+    case tensorflow::DT_UINT32: return DType::kUInt32;
+    case tensorflow::DT_INT64: return DType::kInt64;
+    case tensorflow::DT_UINT64: return DType::kUInt64;
+    case tensorflow::DT_BOOL: return DType::kBool;
+    case tensorflow::DT_STRING: return DType::kString;
+    default: break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported dtype ", tensorflow::DataType_Name(dtype)));
+}
+
+tensorflow::DataType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return tensorflow::DT_FLOAT;
+    case DType::kFloat64: return tensorflow::DT_DOUBLE;
+    case DType::kFloat16: return tensorflow::DT_HALF;
+    case DType::kBFloat16: return tensorflow::DT_BFLOAT16;
+    case DType::kInt8: return tensorflow::DT_INT8;
+    case DType::kUInt8: return tensorflow::DT_UINT8;
+    case DType::kInt16: return tensorflow::DT_INT16;
+    case DType::kUInt16: return tensorflow::DT_UINT16;
+    case DType::kInt32: return tensorflow::DT_INT32;
+    case DType::kUInt32: return tensorflow::DT_UINT32;
+    case DType::kInt64: return tensorflow::DT_INT64;
+    case DType::kUInt64: return tensorflow::DT_UINT64;
+    case DType::kBool: return tensorflow::DT_BOOL;
+    case DType::kString: return tensorflow::DT_STRING;
+    case DType::kInvalid: break;
+  }
+  return tensorflow::DT_INVALID;
+}
+
+std::string DataTypeEnumName(DType dtype) { return tensorflow::DataType_Name(DTypeToProto(dtype)); }
+
+namespace {
+
+template <typename T, typename Field>
+absl::Status CopyTyped(const Field& values, Tensor* tensor, absl::string_view name) {
+  const int64_t n = tensor->num_elements();
+  T* out = tensor->data<T>();
+  if (values.size() == n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(values.Get(i));
+  } else if (values.size() == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(values.Get(0));
+  } else if (!(values.size() == 0 && n == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' of shape ",
+                                                   tensor->shape().ToString(), " needs ", n,
+                                                   " values, the proto has ", values.size()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, typename Field>
+absl::Status CopyHalf(const Field& values, Tensor* tensor, absl::string_view name) {
+  const int64_t n = tensor->num_elements();
+  T* out = tensor->data<T>();
+  if (values.size() != n && values.size() != 1 && !(values.size() == 0 && n == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' of shape ",
+                                                   tensor->shape().ToString(), " needs ", n,
+                                                   " values, the proto has ", values.size()));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    out[i].bits = static_cast<uint16_t>(values.Get(values.size() == 1 ? 0 : i));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
+                                       absl::string_view name) {
+  auto dtype_or = DTypeFromProto(proto.dtype());
+  if (!dtype_or.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ",
+                                                   dtype_or.status().message()));
+  }
+  const DType dtype = *dtype_or;
+  if (proto.tensor_shape().unknown_rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has an unknown rank"));
+  }
+  std::vector<int64_t> dims;
+  for (const auto& dim : proto.tensor_shape().dim()) {
+    if (dim.size() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has a negative dimension ", dim.size()));
+    }
+    dims.push_back(dim.size());
+  }
+  Tensor tensor(dtype, Shape(dims));
+  if (dtype != DType::kString && !proto.tensor_content().empty()) {
+    if (proto.tensor_content().size() != tensor.byte_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': tensor_content has ", proto.tensor_content().size(),
+          " bytes, shape ", tensor.shape().ToString(), " of ", DTypeName(dtype), " needs ",
+          tensor.byte_size()));
+    }
+    std::memcpy(tensor.raw_data(), proto.tensor_content().data(), tensor.byte_size());
+    return tensor;
+  }
+  absl::Status status;
+  switch (dtype) {
+    case DType::kFloat32: status = CopyTyped<float>(proto.float_val(), &tensor, name); break;
+    case DType::kFloat64: status = CopyTyped<double>(proto.double_val(), &tensor, name); break;
+    case DType::kFloat16: status = CopyHalf<Float16>(proto.half_val(), &tensor, name); break;
+    case DType::kBFloat16: status = CopyHalf<BFloat16>(proto.half_val(), &tensor, name); break;
+    case DType::kInt8: status = CopyTyped<int8_t>(proto.int_val(), &tensor, name); break;
+    case DType::kUInt8: status = CopyTyped<uint8_t>(proto.int_val(), &tensor, name); break;
+    case DType::kInt16: status = CopyTyped<int16_t>(proto.int_val(), &tensor, name); break;
+    case DType::kUInt16: status = CopyTyped<uint16_t>(proto.int_val(), &tensor, name); break;
+    case DType::kInt32: status = CopyTyped<int32_t>(proto.int_val(), &tensor, name); break;
+    case DType::kUInt32: status = CopyTyped<uint32_t>(proto.uint32_val(), &tensor, name); break;
+    case DType::kInt64: status = CopyTyped<int64_t>(proto.int64_val(), &tensor, name); break;
+    case DType::kUInt64: status = CopyTyped<uint64_t>(proto.uint64_val(), &tensor, name); break;
+    case DType::kBool: status = CopyTyped<bool>(proto.bool_val(), &tensor, name); break;
+    case DType::kString: {
+      const int64_t n = tensor.num_elements();
+      const auto& values = proto.string_val();
+      if (values.size() != n && values.size() != 1 && !(values.size() == 0 && n == 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' of shape ",
+                                                       tensor.shape().ToString(), " needs ", n,
+                                                       " values, the proto has ", values.size()));
+      }
+      std::string* out = tensor.data<std::string>();
+      for (int64_t i = 0; i < n; ++i) out[i] = values.Get(values.size() == 1 ? 0 : i);
+      break;
+    }
+    case DType::kInvalid: break;
+  }
+  if (!status.ok()) return status;
+  return tensor;
+}
+
+void ShapeToProto(bool rank_known, const std::vector<int64_t>& dims,
+                  tensorflow::TensorShapeProto* proto) {
+  proto->Clear();
+  if (!rank_known) {
+    proto->set_unknown_rank(true);
+    return;
+  }
+  for (int64_t d : dims) proto->add_dim()->set_size(d);
+}
+
+void TensorToProto(const Tensor& tensor, tensorflow::TensorProto* proto) {
+  proto->Clear();
+  proto->set_dtype(DTypeToProto(tensor.dtype()));
+  ShapeToProto(true, tensor.shape().ToVector(), proto->mutable_tensor_shape());
+  const int64_t n = tensor.num_elements();
+  auto add_all = [&](auto* field, auto tag) {
+    using T = decltype(tag);
+    field->Reserve(n);
+    const T* data = tensor.data<T>();
+    for (int64_t i = 0; i < n; ++i) field->Add(data[i]);
+  };
+  switch (tensor.dtype()) {
+    case DType::kFloat32: add_all(proto->mutable_float_val(), float{}); break;
+    case DType::kFloat64: add_all(proto->mutable_double_val(), double{}); break;
+    case DType::kInt8: add_all(proto->mutable_int_val(), int8_t{}); break;
+    case DType::kUInt8: add_all(proto->mutable_int_val(), uint8_t{}); break;
+    case DType::kInt16: add_all(proto->mutable_int_val(), int16_t{}); break;
+    case DType::kUInt16: add_all(proto->mutable_int_val(), uint16_t{}); break;
+    case DType::kInt32: add_all(proto->mutable_int_val(), int32_t{}); break;
+    case DType::kUInt32: add_all(proto->mutable_uint32_val(), uint32_t{}); break;
+    case DType::kInt64: add_all(proto->mutable_int64_val(), int64_t{}); break;
+    case DType::kUInt64: add_all(proto->mutable_uint64_val(), uint64_t{}); break;
+    case DType::kBool: add_all(proto->mutable_bool_val(), bool{}); break;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < n; ++i) proto->add_half_val(tensor.data<Float16>()[i].bits);
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) proto->add_half_val(tensor.data<BFloat16>()[i].bits);
+      break;
+    case DType::kString:
+      for (int64_t i = 0; i < n; ++i) proto->add_string_val(tensor.data<std::string>()[i]);
+      break;
+    case DType::kInvalid: break;
+  }
+}
+
+}  // namespace kiln::serving
