@@ -287,6 +287,32 @@ absl::Status NodeEmitter::EmitOnnx() {
     attrs_.erase("spatial");
     attrs_.erase("is_test");
     attrs_.erase("consumed_inputs");
+  } else if (op == "Reshape" && opset_ < 5) {
+    KILN_RETURN_IF_ERROR(AttrToInput("shape", 1, true));
+  } else if (op == "Cast" && opset_ < 6) {
+    // Cast-1 named the target type ("FLOAT"); later opsets use the DataType number.
+    if (auto it = attrs_.find("to"); it != attrs_.end()) {
+      if (auto* name = std::get_if<std::string>(&it->second)) {
+        ::onnx::TensorProto::DataType type;
+        if (!::onnx::TensorProto::DataType_Parse(*name, &type)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Cast '", NodeName(), "': unknown type '", *name, "'"));
+        }
+        it->second = static_cast<int64_t>(type);
+      }
+    }
+  } else if (op == "ImageScaler") {
+    // Experimental opset-1 op (old model-zoo exports): y = scale * x + bias[channel].
+    float scale = 1.0f;
+    if (auto it = attrs_.find("scale"); it != attrs_.end()) {
+      if (auto* f = std::get_if<float>(&it->second)) scale = *f;
+    }
+    std::vector<float> bias = ir::Node{.attrs = attrs_}.GetFloats("bias");
+    const ValueId scaled = Tmp("Mul", {Input(0), Const(Tensor::Scalar<float>(scale), "scale")});
+    const int64_t channels = static_cast<int64_t>(bias.size());
+    Final("Add", {scaled, Const(Tensor::FromVector<float>(bias, Shape{1, channels, 1, 1}), "bias")},
+          {});
+    return absl::OkStatus();
   } else if (op == "Scan" && opset_ < 9) {
     return absl::UnimplementedError(
         absl::StrCat("Scan '", NodeName(), "': opset ", opset_,

@@ -18,6 +18,7 @@ const std::set<std::string>& KnownOnnxOpSet() {
       "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool",
       "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization",
       "HammingWindow", "HannWindow", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If",
+      "ImageScaler",
       "ImageDecoder", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM",
       "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "Loop",
       "LpNormalization", "LpPool", "MatMul", "MatMulInteger", "Max", "MaxPool", "MaxRoiPool",
