@@ -1,0 +1,362 @@
+// Conv and ConvTranspose (ONNX semantics, 1-D to 3-D, groups, dilations, auto_pad) on oneDNN,
+// and the optimizer's "kiln" FusedConv: Conv + bias + post-ops (activations, residual Add).
+//
+// oneDNN picks the memory layouts it runs fastest (format "any"); constant weights are
+// reordered into its layout once, when the plan is compiled; activations are reordered per
+// run only when oneDNN's choice differs from the plain NCHW layout of Kiln's tensors.
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/kernels/kernel.h"
+#include "nn_dnnl.h"
+
+namespace kiln::kernels::nn {
+namespace {
+
+using dnnl::memory;
+
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+struct ConvGeometry {
+  std::vector<int64_t> strides, dilations, pads_begin, pads_end, kernel, out_spatial;
+};
+
+// Output size and padding for each spatial dimension per ONNX's Conv/ConvTranspose rules.
+absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& x,
+                                             const Shape& w, bool transpose) {
+  const int spatial = x.rank() - 2;
+  ConvGeometry g;
+  g.kernel = node.GetInts("kernel_shape");
+  if (g.kernel.empty()) {
+    for (int i = 0; i < spatial; ++i) g.kernel.push_back(w.dim(2 + i));
+  }
+  g.strides = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
+  g.dilations = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
+  if (static_cast<int>(g.kernel.size()) != spatial || static_cast<int>(g.strides.size()) != spatial ||
+      static_cast<int>(g.dilations.size()) != spatial || static_cast<int>(pads.size()) != 2 * spatial) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        node.Describe(), ": kernel_shape/strides/dilations/pads do not match ", spatial,
+        " spatial dimensions of input ", x.ToString()));
+  }
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  const std::vector<int64_t> output_padding =
+      node.GetInts("output_padding", std::vector<int64_t>(spatial, 0));
+  const std::vector<int64_t> output_shape = node.GetInts("output_shape");
+  for (int i = 0; i < spatial; ++i) {
+    const int64_t in = x.dim(2 + i);
+    const int64_t k_eff = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    int64_t pb = pads[i], pe = pads[spatial + i];
+    int64_t out;
+    if (!transpose) {
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        out = (in + g.strides[i] - 1) / g.strides[i];
+        const int64_t total = std::max<int64_t>(0, (out - 1) * g.strides[i] + k_eff - in);
+        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else if (auto_pad == "VALID") {
+        pb = pe = 0;
+        out = (in - k_eff) / g.strides[i] + 1;
+      } else {
+        out = (in + pb + pe - k_eff) / g.strides[i] + 1;
+      }
+    } else {
+      const int64_t op = output_padding[i];
+      if (!output_shape.empty()) {
+        out = output_shape[output_shape.size() - spatial + i];
+        const int64_t total = g.strides[i] * (in - 1) + op + k_eff - out;
+        if (auto_pad == "SAME_UPPER") {
+          pb = total / 2;
+          pe = total - pb;
+        } else {
+          pe = total / 2;
+          pb = total - pe;
+        }
+      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        out = in * g.strides[i];
+        const int64_t total = std::max<int64_t>(0, g.strides[i] * (in - 1) + op + k_eff - out);
+        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pe = total - pb;
+      } else {
+        if (auto_pad == "VALID") pb = pe = 0;
+        out = g.strides[i] * (in - 1) + op + k_eff - pb - pe;
+      }
+    }
+    if (out <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": input ", x.ToString(),
+                                                     " is too small for kernel ", w.ToString()));
+    }
+    g.pads_begin.push_back(pb);
+    g.pads_end.push_back(pe);
+    g.out_spatial.push_back(out);
+  }
+  return g;
+}
+
+class ConvKernel : public OpKernel {
+ public:
+  ConvKernel(const ir::Node& node, bool transpose) : node_(node), transpose_(transpose) {}
+
+  absl::Status Prepare(PrepareContext& ctx) override {
+    return CatchDnnl(node_.Describe(), [&] { return PrepareImpl(ctx); });
+  }
+
+  absl::Status Compute(ComputeContext& ctx) const override {
+    return CatchDnnl(node_.Describe(), [&] { return ComputeImpl(ctx); });
+  }
+
+ private:
+  absl::Status PrepareImpl(PrepareContext& ctx) {
+    KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    const bool has_residual = !post_ops_.empty() &&
+                              std::any_of(post_ops_.begin(), post_ops_.end(),
+                                          [](const PostOp& p) { return p.kind == "Add"; });
+    if (ctx.inputs.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs X and W inputs"));
+    }
+    const InputInfo& x = ctx.inputs[0];
+    const InputInfo& w = ctx.inputs[1];
+    has_bias_ = ctx.inputs.size() > 2 && ctx.inputs[2].present();
+    residual_index_ = has_residual ? static_cast<int>(ctx.inputs.size()) - 1 : -1;
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      if (ctx.inputs[i].present() && ctx.inputs[i].dtype != DType::kFloat32) {
+        return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": input ", i, " is ",
+                                                     DTypeName(ctx.inputs[i].dtype),
+                                                     "; only float is supported"));
+      }
+    }
+    if (x.shape.rank() < 3 || x.shape.rank() > 5 || w.shape.rank() != x.shape.rank()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": expects X of rank 3 to 5 and W of the same rank; got X ",
+                       x.shape.ToString(), " and W ", w.shape.ToString()));
+    }
+    const int64_t group = node_.GetInt("group", 1);
+    const int64_t n = x.shape.dim(0), c = x.shape.dim(1);
+    int64_t m;  // output channels
+    if (!transpose_) {
+      m = w.shape.dim(0);
+      if (w.shape.dim(1) * group != c || m % group != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            node_.Describe(), ": input has ", c, " channels but W ", w.shape.ToString(),
+            " with group=", group, " expects ", w.shape.dim(1) * group));
+      }
+    } else {
+      m = w.shape.dim(1) * group;
+      if (w.shape.dim(0) != c) {
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input has ", c,
+                                                       " channels but W is ", w.shape.ToString()));
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(ConvGeometry g, ComputeGeometry(node_, x.shape, w.shape, transpose_));
+    Shape out_shape{n, m};
+    for (int64_t d : g.out_spatial) out_shape.push_back(d);
+
+    // Weights as oneDNN wants them: [G, O/G, I/G, k...] for groups (same bytes as ONNX's).
+    memory::dims w_dims;
+    const int spatial = x.shape.rank() - 2;
+    if (group > 1) {
+      w_dims = {group, m / group, c / group};
+    } else {
+      w_dims = {m, c};
+    }
+    for (int i = 0; i < spatial; ++i) w_dims.push_back(w.shape.dim(2 + i));
+    if (!transpose_) {
+      static const memory::format_tag plain[] = {memory::format_tag::oiw, memory::format_tag::oihw,
+                                                 memory::format_tag::oidhw};
+      static const memory::format_tag grouped[] = {memory::format_tag::goiw, memory::format_tag::goihw,
+                                                   memory::format_tag::goidhw};
+      user_w_desc_ = memory::desc(w_dims, memory::data_type::f32,
+                                  group > 1 ? grouped[spatial - 1] : plain[spatial - 1]);
+    } else {
+      // ONNX ConvTranspose weights are [C_in, C_out/G, k...]: per group the input channel is
+      // the outer dimension, so describe them to oneDNN ([G,] O, I, k...) with strides.
+      int64_t k_prod = 1;
+      for (int i = 0; i < spatial; ++i) k_prod *= w.shape.dim(2 + i);
+      memory::dims strides_w;
+      if (group > 1) strides_w = {(c / group) * (m / group) * k_prod, k_prod, (m / group) * k_prod};
+      else strides_w = {k_prod, m * k_prod};
+      int64_t stride = 1;
+      std::vector<int64_t> spatial_strides(spatial);
+      for (int i = spatial - 1; i >= 0; --i) {
+        spatial_strides[i] = stride;
+        stride *= w.shape.dim(2 + i);
+      }
+      for (int i = 0; i < spatial; ++i) strides_w.push_back(spatial_strides[i]);
+      user_w_desc_ = memory::desc(w_dims, memory::data_type::f32, strides_w);
+    }
+    user_x_desc_ = PlainDesc(x.shape);
+    user_y_desc_ = PlainDesc(out_shape);
+    const memory::desc any_x(ToDnnlDims(x.shape), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc any_w(w_dims, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc bias_desc =
+        has_bias_ ? memory::desc({m}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
+    memory::dims strides(g.strides.begin(), g.strides.end());
+    memory::dims dil;
+    for (int64_t d : g.dilations) dil.push_back(d - 1);  // oneDNN counts dilation from 0
+    memory::dims pl(g.pads_begin.begin(), g.pads_begin.end());
+    memory::dims pr(g.pads_end.begin(), g.pads_end.end());
+
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::post_ops ops;
+    KILN_RETURN_IF_ERROR(AppendPostOps(post_ops_, ops));
+    attr.set_post_ops(ops);
+    auto& engine = CpuEngine();
+    memory::desc chosen_x, chosen_w, chosen_y, scratch;
+    if (!transpose_) {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, any_x, any_w,
+                                        bias_desc, any_y, strides, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, engine);
+      chosen_x = pd.src_desc();
+      chosen_w = pd.weights_desc();
+      chosen_y = pd.dst_desc();
+      scratch = pd.scratchpad_desc();
+      primitive_ = dnnl::convolution_forward(pd);
+    } else {
+      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::deconvolution_direct, any_x, any_w,
+                                          bias_desc, any_y, strides, dil, pl, pr);
+      dnnl::deconvolution_forward::primitive_desc pd(d, attr, engine);
+      chosen_x = pd.src_desc();
+      chosen_w = pd.weights_desc();
+      chosen_y = pd.dst_desc();
+      scratch = pd.scratchpad_desc();
+      primitive_ = dnnl::deconvolution_forward(pd);
+    }
+    scratch_desc_ = scratch;
+    x_desc_ = chosen_x;
+    w_desc_ = chosen_w;
+    y_desc_ = chosen_y;
+    reorder_x_ = chosen_x != user_x_desc_;
+    reorder_y_ = chosen_y != user_y_desc_;
+    reorder_w_ = chosen_w != user_w_desc_;
+
+    // Scratch: [oneDNN scratchpad][x in oneDNN layout][y in oneDNN layout][w if not constant]
+    size_t offset = 0;
+    scratchpad_offset_ = offset;
+    offset += Align64(scratch.get_size());
+    x_offset_ = offset;
+    if (reorder_x_) offset += Align64(chosen_x.get_size());
+    y_offset_ = offset;
+    if (reorder_y_) offset += Align64(chosen_y.get_size());
+    w_offset_ = offset;
+    packed_w_.reset();
+    if (reorder_w_) {
+      if (w.constant != nullptr) {
+        packed_w_ = std::make_unique<dnnl::memory>(chosen_w, engine);
+        dnnl::memory user_w(user_w_desc_, engine, w.constant->raw_data());
+        dnnl::stream s(engine);
+        dnnl::reorder(user_w, *packed_w_).execute(s, user_w, *packed_w_);
+        s.wait();
+      } else {
+        offset += Align64(chosen_w.get_size());
+      }
+    }
+    if (reorder_x_) x_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
+    if (reorder_y_) {
+      y_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
+      if (residual_index_ >= 0) {
+        residual_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_y_desc_, engine, chosen_y));
+      }
+    }
+    if (reorder_w_ && !packed_w_) {
+      w_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_w_desc_, engine, chosen_w));
+    }
+    ctx.scratch_bytes = offset;
+
+    if (residual_index_ >= 0) {
+      const InputInfo& r = ctx.inputs[residual_index_];
+      if (r.shape != out_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": residual input ",
+                                                       r.shape.ToString(), " must match output ",
+                                                       out_shape.ToString()));
+      }
+    }
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out_shape;
+    if (residual_index_ >= 0 && !reorder_y_) ctx.output_in_place_of[0] = residual_index_;
+    return absl::OkStatus();
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const {
+    ScopedDnnlThreads threads(ctx.intra_op_threads);
+    auto& engine = CpuEngine();
+    auto& stream = ThreadStream();
+    char* scratch = static_cast<char*>(ctx.scratch);
+    const Tensor& x = ctx.inputs[0];
+    const Tensor& w = ctx.inputs[1];
+    Tensor& y = ctx.outputs[0];
+
+    dnnl::memory user_x(user_x_desc_, engine, x.raw_data());
+    dnnl::memory user_y(user_y_desc_, engine, y.raw_data());
+    dnnl::memory x_mem = reorder_x_ ? dnnl::memory(x_desc_, engine, scratch + x_offset_) : user_x;
+    dnnl::memory y_mem = reorder_y_ ? dnnl::memory(y_desc_, engine, scratch + y_offset_) : user_y;
+    dnnl::memory w_mem;
+    if (packed_w_) {
+      w_mem = *packed_w_;
+    } else if (reorder_w_) {
+      dnnl::memory user_w(user_w_desc_, engine, w.raw_data());
+      w_mem = dnnl::memory(w_desc_, engine, scratch + w_offset_);
+      w_reorder_.execute(stream, user_w, w_mem);
+    } else {
+      w_mem = dnnl::memory(user_w_desc_, engine, w.raw_data());
+    }
+    if (reorder_x_) x_reorder_.execute(stream, user_x, x_mem);
+    if (residual_index_ >= 0) {
+      const Tensor& r = ctx.inputs[residual_index_];
+      if (reorder_y_) {
+        dnnl::memory user_r(user_y_desc_, engine, r.raw_data());
+        residual_reorder_.execute(stream, user_r, y_mem);
+      } else if (r.raw_data() != y.raw_data()) {
+        std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
+      }
+    }
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}};
+    dnnl::memory scratch_mem(scratch_desc_, engine, scratch + scratchpad_offset_);
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratch_mem);
+    if (has_bias_) {
+      const Tensor& b = ctx.inputs[2];
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory(memory::desc({b.num_elements()}, memory::data_type::f32,
+                                             memory::format_tag::a),
+                                engine, b.raw_data()));
+    }
+    primitive_.execute(stream, args);
+    if (reorder_y_) y_reorder_.execute(stream, y_mem, user_y);
+    stream.wait();
+    return absl::OkStatus();
+  }
+
+  ir::Node node_;
+  bool transpose_;
+  std::vector<PostOp> post_ops_;
+  bool has_bias_ = false;
+  int residual_index_ = -1;
+  memory::desc user_x_desc_, user_w_desc_, user_y_desc_, x_desc_, w_desc_, y_desc_, scratch_desc_;
+  bool reorder_x_ = false, reorder_y_ = false, reorder_w_ = false;
+  size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;
+  std::unique_ptr<dnnl::memory> packed_w_;
+  dnnl::primitive primitive_;
+  dnnl::reorder x_reorder_, y_reorder_, w_reorder_, residual_reorder_;
+};
+
+KILN_REGISTER_KERNEL("", "Conv", [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+  return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
+});
+KILN_REGISTER_KERNEL("kiln", "FusedConv",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
+                     });
+KILN_REGISTER_KERNEL("", "ConvTranspose",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new ConvKernel(node, true));
+                     });
+
+}  // namespace
+}  // namespace kiln::kernels::nn

@@ -1,0 +1,73 @@
+// Shared plumbing for the kernels that run on oneDNN (Conv, ConvTranspose, MatMul, Gemm,
+// pooling): the CPU engine, a stream per thread, descriptor helpers, the fused post-op list,
+// and the conversion of oneDNN's exceptions into Status values.
+//
+// Fused post-ops ("kiln" domain FusedConv / FusedMatMul / FusedGemm, built by the optimizer):
+//   attr "post_ops":       strings, applied in order after the op and its bias:
+//                          "Add" (adds the residual input, the op's last input), or an
+//                          activation: Relu, LeakyRelu, Clip, Sigmoid, Tanh, Elu, HardSwish,
+//                         , Softplus, Gelu (erf), GeluTanh, Exp, Abs, Sqrt, Square.
+//   attr "post_op_alphas", "post_op_betas": floats, one per entry (LeakyRelu/Elu alpha; Clip
+//                          min/max); ignored where unused.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ir/graph.h"
+
+namespace kiln::kernels::nn {
+
+dnnl::engine& CpuEngine();
+// The calling thread's stream on CpuEngine().
+dnnl::stream& ThreadStream();
+
+dnnl::memory::dims ToDnnlDims(const Shape& shape);
+dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& dims);
+// Plain row-major layout tag for a rank (a, ab, abc, ...).
+dnnl::memory::format_tag PlainTag(int rank);
+dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+
+struct PostOp {
+  std::string kind;  // "Add" or an activation name
+  float alpha = 0;
+  float beta = 0;
+};
+
+// Reads the post-op attributes of a fused node (empty list for plain ops).
+absl::StatusOr<std::vector<PostOp>> ReadPostOps(const ir::Node& node);
+// Whether `kind` can be expressed as a oneDNN eltwise post-op.
+bool IsSupportedActivation(const std::string& kind);
+// Appends the post-ops to `ops`. "Add" becomes a sum post-op (dst must hold the residual
+// before execution).
+absl::Status AppendPostOps(const std::vector<PostOp>& post_ops, dnnl::post_ops& ops);
+// Applies one activation to a float buffer in place (for kernels not on oneDNN).
+void ApplyActivation(const PostOp& op, float* data, int64_t n);
+
+// Sets the number of OpenMP threads oneDNN uses for primitives run by this thread, for the
+// lifetime of the object.
+class ScopedDnnlThreads {
+ public:
+  explicit ScopedDnnlThreads(int threads);
+  ~ScopedDnnlThreads();
+
+ private:
+  int previous_;
+};
+
+// Runs `fn`, turning a dnnl::error into an Internal status that names `what`.
+template <typename Fn>
+absl::Status CatchDnnl(const std::string& what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(what + ": oneDNN: " + e.what());
+  }
+}
+
+}  // namespace kiln::kernels::nn

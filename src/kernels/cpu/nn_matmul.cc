@@ -1,0 +1,321 @@
+// MatMul (numpy semantics, batched, broadcasting), Gemm (alpha, beta, transA, transB, C with
+// unidirectional broadcast) and the optimizer's "kiln" FusedMatMul / FusedGemm (bias and
+// post-ops, see nn_dnnl.h) on oneDNN's matmul primitive.
+//
+// FusedMatMul inputs: A, B, [bias of shape [N]], [residual of the output's shape when
+// post_ops has "Add"]; attributes transA/transB (0/1) apply to the last two dimensions.
+//
+// Fast paths: when B is a matrix (a Linear layer), A's leading dimensions are folded into M and
+// the product is one 2-D matmul; constant B is reordered once into oneDNN's packed layout.
+// Equal batch dimensions become one 3-D batched matmul. Other broadcasts loop over the batch
+// with sgemm.
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/kernels/kernel.h"
+#include "nn_dnnl.h"
+
+namespace kiln::kernels::nn {
+namespace {
+
+using dnnl::memory;
+
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+enum class Flavor { kMatMul, kGemm, kFusedMatMul, kFusedGemm };
+
+class MatMulKernel : public OpKernel {
+ public:
+  MatMulKernel(const ir::Node& node, Flavor flavor) : node_(node), flavor_(flavor) {}
+
+  absl::Status Prepare(PrepareContext& ctx) override {
+    return CatchDnnl(node_.Describe(), [&] { return PrepareImpl(ctx); });
+  }
+  absl::Status Compute(ComputeContext& ctx) const override {
+    return CatchDnnl(node_.Describe(), [&] { return ComputeImpl(ctx); });
+  }
+
+ private:
+  bool is_gemm() const { return flavor_ == Flavor::kGemm || flavor_ == Flavor::kFusedGemm; }
+
+  absl::Status PrepareImpl(PrepareContext& ctx) {
+    KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(),
+                                          [](const PostOp& p) { return p.kind == "Add"; });
+    if (ctx.inputs.size() < 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present()) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs inputs A and B"));
+    }
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      if (ctx.inputs[i].present() && ctx.inputs[i].dtype != DType::kFloat32) {
+        return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": input ", i, " is ",
+                                                     DTypeName(ctx.inputs[i].dtype),
+                                                     "; only float is supported"));
+      }
+    }
+    Shape a = ctx.inputs[0].shape, b = ctx.inputs[1].shape;
+    trans_a_ = node_.GetInt("transA", 0) != 0;
+    trans_b_ = node_.GetInt("transB", 0) != 0;
+    alpha_ = is_gemm() ? node_.GetFloat("alpha", 1.0f) : 1.0f;
+    beta_ = is_gemm() ? node_.GetFloat("beta", 1.0f) : 1.0f;
+    if (is_gemm() && (a.rank() != 2 || b.rank() != 2)) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": Gemm needs 2-D A and B; got ",
+                                                     a.ToString(), " and ", b.ToString()));
+    }
+    if (a.rank() == 0 || b.rank() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": MatMul of a scalar"));
+    }
+    // numpy: a vector A is [1, K] (M removed after); a vector B is [K, 1] (N removed after).
+    const bool a_vector = a.rank() == 1, b_vector = b.rank() == 1;
+    if (a_vector) a.insert(0, 1);
+    if (b_vector) b.push_back(1);
+    const int64_t m = trans_a_ ? a.dim(a.rank() - 1) : a.dim(a.rank() - 2);
+    const int64_t k = trans_a_ ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
+    const int64_t kb = trans_b_ ? b.dim(b.rank() - 1) : b.dim(b.rank() - 2);
+    const int64_t n = trans_b_ ? b.dim(b.rank() - 2) : b.dim(b.rank() - 1);
+    if (k != kb) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": inner dimensions differ: A ", ctx.inputs[0].shape.ToString(), " and B ",
+          ctx.inputs[1].shape.ToString()));
+    }
+    // Broadcast batch dimensions.
+    const int batch_rank = std::max(a.rank(), b.rank()) - 2;
+    std::vector<int64_t> a_batch(batch_rank, 1), b_batch(batch_rank, 1), out_batch(batch_rank, 1);
+    for (int i = 0; i < a.rank() - 2; ++i) a_batch[batch_rank - (a.rank() - 2) + i] = a.dim(i);
+    for (int i = 0; i < b.rank() - 2; ++i) b_batch[batch_rank - (b.rank() - 2) + i] = b.dim(i);
+    for (int i = 0; i < batch_rank; ++i) {
+      if (a_batch[i] != b_batch[i] && a_batch[i] != 1 && b_batch[i] != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            node_.Describe(), ": batch dimensions of A ", ctx.inputs[0].shape.ToString(),
+            " and B ", ctx.inputs[1].shape.ToString(), " do not broadcast"));
+      }
+      out_batch[i] = std::max(a_batch[i], b_batch[i]);
+    }
+    Shape out;
+    for (int64_t d : out_batch) out.push_back(d);
+    if (!a_vector) out.push_back(m);
+    if (!b_vector) out.push_back(n);
+    m_ = m;
+    n_ = n;
+    k_ = k;
+    int64_t a_batch_count = 1, b_batch_count = 1, out_batch_count = 1;
+    for (int i = 0; i < batch_rank; ++i) {
+      a_batch_count *= a_batch[i];
+      b_batch_count *= b_batch[i];
+      out_batch_count *= out_batch[i];
+    }
+
+    // Bias ([N] or broadcastable C of Gemm) and residual.
+    bias_index_ = -1;
+    c_index_ = -1;
+    residual_index_ = has_residual ? static_cast<int>(ctx.inputs.size()) - 1 : -1;
+    if (ctx.inputs.size() > 2 && ctx.inputs[2].present() && residual_index_ != 2) {
+      const Shape& c = ctx.inputs[2].shape;
+      const bool row_vector = (c.rank() == 1 && c.dim(0) == n) || (c.rank() == 2 && c.dim(0) == 1 && c.dim(1) == n);
+      if (row_vector && beta_ == 1.0f && alpha_ == 1.0f) {
+        bias_index_ = 2;
+      } else if (is_gemm()) {
+        c_index_ = 2;  // general C: dst is pre-filled with beta * broadcast(C)
+        c_shape_ = c;
+        if (c.rank() > 2 || (c.rank() >= 1 && c.dim(c.rank() - 1) != n && c.dim(c.rank() - 1) != 1) ||
+            (c.rank() == 2 && c.dim(0) != m && c.dim(0) != 1)) {
+          return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": C ", c.ToString(),
+                                                         " does not broadcast to [", m, ", ", n, "]"));
+        }
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": bias must be [", n,
+                                                       "]; got ", c.ToString()));
+      }
+    }
+    if (residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": residual ",
+                                                     ctx.inputs[residual_index_].shape.ToString(),
+                                                     " must match output ", out.ToString()));
+    }
+
+    // Choose the execution path.
+    auto& engine = CpuEngine();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha_ != 1.0f) attr.set_output_scales(0, {alpha_});
+    dnnl::post_ops ops;
+    // Pre-filled dst (general C) is added by a leading sum post-op.
+    if (c_index_ >= 0) ops.append_sum(1.0f);
+    KILN_RETURN_IF_ERROR(AppendPostOps(post_ops_, ops));
+    attr.set_post_ops(ops);
+
+    use_loop_ = false;
+    memory::dims a_dims, b_dims, c_dims, a_strides, b_strides;
+    if (b_batch_count == 1) {
+      // One 2-D product: A's batch folded into M (only possible when A is not transposed).
+      if (!trans_a_ || a_batch_count == 1) {
+        rows_ = a_batch_count * m;
+        a_dims = {rows_, k};
+        a_strides = trans_a_ ? memory::dims{1, m} : memory::dims{k, 1};
+        b_dims = {k, n};
+        b_strides = trans_b_ ? memory::dims{1, k} : memory::dims{n, 1};
+        c_dims = {rows_, n};
+        batched_ = false;
+      } else {
+        use_loop_ = true;
+      }
+    } else if (a_batch == b_batch) {
+      a_dims = {a_batch_count, m, k};
+      a_strides = trans_a_ ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1};
+      b_dims = {a_batch_count, k, n};
+      b_strides = trans_b_ ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1};
+      c_dims = {a_batch_count, m, n};
+      batched_ = true;
+    } else {
+      use_loop_ = true;
+    }
+    if (use_loop_ && (c_index_ >= 0 || !post_ops_.empty() || bias_index_ >= 0)) {
+      return absl::UnimplementedError(absl::StrCat(
+          node_.Describe(), ": fused post-ops with broadcast batch dimensions"));
+    }
+    a_batch_ = a_batch;
+    b_batch_ = b_batch;
+    out_batch_ = out_batch;
+    size_t scratch_bytes = 0;
+    if (!use_loop_) {
+      user_a_desc_ = memory::desc(a_dims, memory::data_type::f32, a_strides);
+      user_b_desc_ = memory::desc(b_dims, memory::data_type::f32, b_strides);
+      c_desc_ = memory::desc(c_dims, memory::data_type::f32,
+                             batched_ ? memory::format_tag::abc : memory::format_tag::ab);
+      const bool b_constant = ctx.inputs[1].constant != nullptr;
+      const memory::desc b_any =
+          b_constant ? memory::desc(b_dims, memory::data_type::f32, memory::format_tag::any) : user_b_desc_;
+      memory::desc bias_desc;
+      if (bias_index_ >= 0) {
+        bias_desc = batched_ ? memory::desc({1, 1, n}, memory::data_type::f32, memory::format_tag::abc)
+                             : memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab);
+      }
+      dnnl::matmul::desc d(user_a_desc_, b_any, bias_desc, c_desc_);
+      dnnl::matmul::primitive_desc pd(d, attr, engine);
+      scratch_desc_ = pd.scratchpad_desc();
+      scratch_bytes = Align64(scratch_desc_.get_size());
+      b_desc_ = pd.weights_desc();
+      packed_b_.reset();
+      if (b_constant && b_desc_ != user_b_desc_) {
+        packed_b_ = std::make_unique<dnnl::memory>(b_desc_, engine);
+        dnnl::memory user_b(user_b_desc_, engine, ctx.inputs[1].constant->raw_data());
+        dnnl::stream s(engine);
+        dnnl::reorder(user_b, *packed_b_).execute(s, user_b, *packed_b_);
+        s.wait();
+      } else {
+        b_desc_ = user_b_desc_;
+      }
+      primitive_ = dnnl::matmul(pd);
+    }
+    ctx.scratch_bytes = scratch_bytes;
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out;
+    if (residual_index_ >= 0) ctx.output_in_place_of[0] = residual_index_;
+    return absl::OkStatus();
+  }
+
+  // Fills dst with beta * broadcast(C) for Gemm's general C.
+  void FillC(const Tensor& c, float* dst) const {
+    const float* cv = c.data<float>();
+    const int64_t rows = c_shape_.rank() == 2 ? c_shape_.dim(0) : 1;
+    const int64_t cols = c_shape_.rank() >= 1 ? c_shape_.dim(c_shape_.rank() - 1) : 1;
+    for (int64_t i = 0; i < m_; ++i) {
+      for (int64_t j = 0; j < n_; ++j) {
+        dst[i * n_ + j] = beta_ * cv[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+      }
+    }
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const {
+    ScopedDnnlThreads threads(ctx.intra_op_threads);
+    const Tensor& a = ctx.inputs[0];
+    const Tensor& b = ctx.inputs[1];
+    Tensor& y = ctx.outputs[0];
+    if (y.num_elements() == 0) return absl::OkStatus();
+    if (k_ == 0) {
+      std::memset(y.raw_data(), 0, y.byte_size());
+      return absl::OkStatus();
+    }
+    if (use_loop_) return LoopCompute(a, b, y);
+    auto& engine = CpuEngine();
+    auto& stream = ThreadStream();
+    if (c_index_ >= 0) FillC(ctx.inputs[c_index_], y.data<float>());
+    if (residual_index_ >= 0) {
+      const Tensor& r = ctx.inputs[residual_index_];
+      if (r.raw_data() != y.raw_data()) std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
+    }
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(user_a_desc_, engine, a.raw_data())},
+        {DNNL_ARG_WEIGHTS, packed_b_ ? *packed_b_ : dnnl::memory(b_desc_, engine, b.raw_data())},
+        {DNNL_ARG_DST, dnnl::memory(c_desc_, engine, y.raw_data())},
+        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc_, engine, ctx.scratch)}};
+    if (bias_index_ >= 0) {
+      const Tensor& bias = ctx.inputs[bias_index_];
+      const memory::desc bias_desc =
+          batched_ ? memory::desc({1, 1, n_}, memory::data_type::f32, memory::format_tag::abc)
+                   : memory::desc({1, n_}, memory::data_type::f32, memory::format_tag::ab);
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc, engine, bias.raw_data()));
+    }
+    primitive_.execute(stream, args);
+    stream.wait();
+    return absl::OkStatus();
+  }
+
+  // General batch broadcasting: one sgemm per output matrix.
+  absl::Status LoopCompute(const Tensor& a, const Tensor& b, Tensor& y) const {
+    const int rank = static_cast<int>(out_batch_.size());
+    int64_t total = 1;
+    for (int64_t d : out_batch_) total *= d;
+    std::vector<int64_t> index(rank, 0);
+    const float* av = a.data<float>();
+    const float* bv = b.data<float>();
+    float* yv = y.data<float>();
+    for (int64_t t = 0; t < total; ++t) {
+      int64_t a_off = 0, b_off = 0;
+      for (int i = 0; i < rank; ++i) {
+        a_off = a_off * a_batch_[i] + (a_batch_[i] == 1 ? 0 : index[i]);
+        b_off = b_off * b_batch_[i] + (b_batch_[i] == 1 ? 0 : index[i]);
+      }
+      const dnnl_status_t st = dnnl_sgemm(trans_a_ ? 'T' : 'N', trans_b_ ? 'T' : 'N', m_, n_, k_,
+                                          alpha_, av + a_off * m_ * k_, trans_a_ ? m_ : k_,
+                                          bv + b_off * k_ * n_, trans_b_ ? k_ : n_, 0.0f,
+                                          yv + t * m_ * n_, n_);
+      if (st != dnnl_success) {
+        return absl::InternalError(absl::StrCat(node_.Describe(), ": sgemm failed (", st, ")"));
+      }
+      for (int i = rank - 1; i >= 0; --i) {
+        if (++index[i] < out_batch_[i]) break;
+        index[i] = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  ir::Node node_;
+  Flavor flavor_;
+  std::vector<PostOp> post_ops_;
+  bool trans_a_ = false, trans_b_ = false, batched_ = false, use_loop_ = false;
+  float alpha_ = 1, beta_ = 1;
+  int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
+  int bias_index_ = -1, c_index_ = -1, residual_index_ = -1;
+  Shape c_shape_;
+  std::vector<int64_t> a_batch_, b_batch_, out_batch_;
+  memory::desc user_a_desc_, user_b_desc_, b_desc_, c_desc_, scratch_desc_;
+  std::unique_ptr<dnnl::memory> packed_b_;
+  dnnl::matmul primitive_;
+};
+
+template <Flavor F>
+absl::StatusOr<std::unique_ptr<OpKernel>> MakeMatMul(const ir::Node& node) {
+  return std::unique_ptr<OpKernel>(new MatMulKernel(node, F));
+}
+
+KILN_REGISTER_KERNEL("", "MatMul", MakeMatMul<Flavor::kMatMul>);
+KILN_REGISTER_KERNEL("", "Gemm", MakeMatMul<Flavor::kGemm>);
+KILN_REGISTER_KERNEL("kiln", "FusedMatMul", MakeMatMul<Flavor::kFusedMatMul>);
+KILN_REGISTER_KERNEL("kiln", "FusedGemm", MakeMatMul<Flavor::kFusedGemm>);
+
+}  // namespace
+}  // namespace kiln::kernels::nn

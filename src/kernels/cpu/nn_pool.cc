@@ -1,0 +1,233 @@
+// Pooling (ONNX semantics): MaxPool (with optional Indices output, dilations, ceil_mode,
+// storage_order), AveragePool (count_include_pad, ceil_mode), LpPool, GlobalAveragePool,
+// GlobalMaxPool, GlobalLpPool. 1-D to 3-D, NCHW.
+//
+// Pooling is a small share of any network's time, so these are direct loops over the output
+// (parallel over N*C planes) rather than oneDNN primitives, which lets one implementation
+// honour every attribute.
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/kernels/kernel.h"
+
+namespace kiln::kernels::nn {
+namespace {
+
+enum class PoolKind { kMax, kAverage, kLp };
+
+class PoolKernel : public OpKernel {
+ public:
+  PoolKernel(const ir::Node& node, PoolKind kind, bool global)
+      : node_(node), kind_(kind), global_(global) {}
+
+  absl::Status Prepare(PrepareContext& ctx) override {
+    const InputInfo& x = ctx.inputs[0];
+    if (x.dtype != DType::kFloat32) {
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Describe(), ": only float input is supported, got ", DTypeName(x.dtype)));
+    }
+    if (x.shape.rank() < 3 || x.shape.rank() > 5) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": expects an N, C, spatial... input of rank 3 to 5; got ",
+                                                     x.shape.ToString()));
+    }
+    spatial_ = x.shape.rank() - 2;
+    out_spatial_.clear();
+    in_shape_ = x.shape;
+    if (global_) {
+      kernel_.clear();
+      for (int i = 0; i < spatial_; ++i) kernel_.push_back(x.shape.dim(2 + i));
+      strides_.assign(spatial_, 1);
+      dilations_.assign(spatial_, 1);
+      pads_begin_.assign(spatial_, 0);
+      pads_end_.assign(spatial_, 0);
+    } else {
+      kernel_ = node_.GetInts("kernel_shape");
+      if (static_cast<int>(kernel_.size()) != spatial_) {
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": kernel_shape has ", kernel_.size(),
+                                                       " entries for ", spatial_, " spatial dimensions"));
+      }
+      strides_ = node_.GetInts("strides", std::vector<int64_t>(spatial_, 1));
+      dilations_ = node_.GetInts("dilations", std::vector<int64_t>(spatial_, 1));
+      std::vector<int64_t> pads = node_.GetInts("pads", std::vector<int64_t>(2 * spatial_, 0));
+      if (static_cast<int>(strides_.size()) != spatial_ || static_cast<int>(dilations_.size()) != spatial_ ||
+          static_cast<int>(pads.size()) != 2 * spatial_) {
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": strides/dilations/pads do not match ",
+                                                       spatial_, " spatial dimensions"));
+      }
+      const std::string auto_pad = node_.GetString("auto_pad", "NOTSET");
+      const bool ceil_mode = node_.GetInt("ceil_mode", 0) != 0;
+      pads_begin_.assign(spatial_, 0);
+      pads_end_.assign(spatial_, 0);
+      for (int i = 0; i < spatial_; ++i) {
+        const int64_t in = x.shape.dim(2 + i);
+        const int64_t k_eff = (kernel_[i] - 1) * dilations_[i] + 1;
+        int64_t out;
+        int64_t pb = pads[i], pe = pads[spatial_ + i];
+        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+          out = (in + strides_[i] - 1) / strides_[i];
+          const int64_t total = std::max<int64_t>(0, (out - 1) * strides_[i] + k_eff - in);
+          pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        } else if (auto_pad == "VALID") {
+          pb = 0;
+          out = (in - k_eff) / strides_[i] + 1;
+        } else {
+          const int64_t span = in + pb + pe - k_eff;
+          out = (ceil_mode ? (span + strides_[i] - 1) / strides_[i] : span / strides_[i]) + 1;
+          // A window must start inside the input or its left padding (ONNX/PyTorch rule).
+          if (ceil_mode && (out - 1) * strides_[i] >= in + pb) --out;
+        }
+        if (out <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input ", x.shape.ToString(),
+                                                         " is smaller than the pooling window"));
+        }
+        pads_begin_[i] = pb;
+        pads_end_[i] = std::max<int64_t>(0, (out - 1) * strides_[i] + k_eff - in - pb);
+        if (auto_pad == "NOTSET") pads_end_[i] = pe;
+        out_spatial_.push_back(out);
+      }
+    }
+    if (global_) out_spatial_.assign(spatial_, 1);
+    if (out_spatial_.size() != static_cast<size_t>(spatial_)) out_spatial_.resize(spatial_);
+    count_include_pad_ = node_.GetInt("count_include_pad", 0) != 0;
+    p_ = node_.GetInt("p", 2);
+    storage_order_ = node_.GetInt("storage_order", 0);
+    Shape out{x.shape.dim(0), x.shape.dim(1)};
+    for (int64_t d : out_spatial_) out.push_back(d);
+    const int outputs = kind_ == PoolKind::kMax && node_.outputs.size() > 1 &&
+                                node_.outputs[1] != ir::kNoValue
+                            ? 2
+                            : 1;
+    ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out;
+    if (node_.outputs.size() > 1) {
+      ctx.output_dtypes[1] = DType::kInt64;
+      ctx.output_shapes[1] = out;
+    }
+    with_indices_ = outputs == 2;
+    return absl::OkStatus();
+  }
+
+  absl::Status Compute(ComputeContext& ctx) const override {
+    const Tensor& x = ctx.inputs[0];
+    Tensor& y = ctx.outputs[0];
+    int64_t* indices = with_indices_ ? ctx.outputs[1].data<int64_t>() : nullptr;
+    const int64_t planes = in_shape_.dim(0) * in_shape_.dim(1);
+    int64_t in_plane = 1, out_plane = 1;
+    for (int i = 0; i < spatial_; ++i) {
+      in_plane *= in_shape_.dim(2 + i);
+      out_plane *= out_spatial_[i];
+    }
+    // Pad to 3 spatial dims so one loop nest serves 1-D, 2-D and 3-D.
+    int64_t id[3] = {1, 1, 1}, od[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1},
+            d[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+    const int off = 3 - spatial_;
+    for (int i = 0; i < spatial_; ++i) {
+      id[off + i] = in_shape_.dim(2 + i);
+      od[off + i] = out_spatial_[i];
+      k[off + i] = kernel_[i];
+      s[off + i] = strides_[i];
+      d[off + i] = dilations_[i];
+      pb[off + i] = pads_begin_[i];
+    }
+    const float* xv = x.data<float>();
+    float* yv = y.data<float>();
+    ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const float* in = xv + p * in_plane;
+        float* out = yv + p * out_plane;
+        for (int64_t o0 = 0; o0 < od[0]; ++o0)
+          for (int64_t o1 = 0; o1 < od[1]; ++o1)
+            for (int64_t o2 = 0; o2 < od[2]; ++o2) {
+              float acc = kind_ == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+              int64_t arg = -1, count = 0;
+              for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+                const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
+                if (i0 < 0 || i0 >= id[0]) continue;
+                for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                  const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
+                  if (i1 < 0 || i1 >= id[1]) continue;
+                  for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                    const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
+                    if (i2 < 0 || i2 >= id[2]) continue;
+                    const int64_t flat = (i0 * id[1] + i1) * id[2] + i2;
+                    const float v = in[flat];
+                    ++count;
+                    if (kind_ == PoolKind::kMax) {
+                      if (v > acc || arg < 0) {
+                        acc = v;
+                        arg = flat;
+                      }
+                    } else if (kind_ == PoolKind::kAverage) {
+                      acc += v;
+                    } else {
+                      acc += std::pow(std::fabs(v), static_cast<float>(p_));
+                    }
+                  }
+                }
+              }
+              const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
+              if (kind_ == PoolKind::kAverage) {
+                int64_t divisor = count;
+                if (count_include_pad_) {
+                  // Count the window clipped to the padded extent (ONNX: pads count, but not
+                  // the ceil_mode overhang past the padding).
+                  divisor = 1;
+                  const int64_t* dims_in = id;
+                  for (int a = 0; a < 3; ++a) {
+                    const int64_t start = (a == 0 ? o0 : a == 1 ? o1 : o2) * s[a] - pb[a];
+                    const int64_t pe_limit = dims_in[a] + (a >= off ? PadEnd(a - off) : 0);
+                    const int64_t stop = std::min(start + (k[a] - 1) * d[a] + 1, pe_limit);
+                    divisor *= (stop - start + d[a] - 1) / d[a];
+                  }
+                }
+                acc = divisor > 0 ? acc / static_cast<float>(divisor) : 0.0f;
+              } else if (kind_ == PoolKind::kLp) {
+                acc = std::pow(acc, 1.0f / static_cast<float>(p_));
+              }
+              out[o] = acc;
+              if (indices != nullptr) {
+                // Indices are flat over the whole input tensor (row-major, or column-major
+                // within the plane for storage_order=1).
+                int64_t idx = arg;
+                if (storage_order_ == 1 && spatial_ == 2) {
+                  const int64_t h = arg / id[2], w = arg % id[2];
+                  idx = w * id[1] + h;
+                }
+                indices[p * out_plane + o] = p * in_plane + idx;
+              }
+            }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t PadEnd(int i) const { return pads_end_[i]; }
+
+  ir::Node node_;
+  PoolKind kind_;
+  bool global_;
+  int spatial_ = 0;
+  Shape in_shape_;
+  std::vector<int64_t> kernel_, strides_, dilations_, pads_begin_, pads_end_, out_spatial_;
+  bool count_include_pad_ = false, with_indices_ = false;
+  int64_t p_ = 2, storage_order_ = 0;
+};
+
+template <PoolKind K, bool G>
+absl::StatusOr<std::unique_ptr<OpKernel>> MakePool(const ir::Node& node) {
+  return std::unique_ptr<OpKernel>(new PoolKernel(node, K, G));
+}
+
+KILN_REGISTER_KERNEL("", "MaxPool", (MakePool<PoolKind::kMax, false>));
+KILN_REGISTER_KERNEL("", "AveragePool", (MakePool<PoolKind::kAverage, false>));
+KILN_REGISTER_KERNEL("", "LpPool", (MakePool<PoolKind::kLp, false>));
+KILN_REGISTER_KERNEL("", "GlobalMaxPool", (MakePool<PoolKind::kMax, true>));
+KILN_REGISTER_KERNEL("", "GlobalAveragePool", (MakePool<PoolKind::kAverage, true>));
+KILN_REGISTER_KERNEL("", "GlobalLpPool", (MakePool<PoolKind::kLp, true>));
+
+}  // namespace
+}  // namespace kiln::kernels::nn
