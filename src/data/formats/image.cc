@@ -1,0 +1,566 @@
+#include "kiln/data/formats/image.h"
+
+// clang-format off: jpeglib.h needs <cstdio> first.
+#include <cstdio>
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
+#include <png.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csetjmp>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kiln/core/status.h"
+
+namespace kiln::data::formats {
+namespace {
+
+// Images beyond this many pixels are refused before allocating (a corrupt header must not
+// make us allocate gigabytes).
+constexpr int64_t kMaxPixels = int64_t{1} << 29;
+
+std::string FirstBytes(absl::string_view bytes) {
+  std::string hex;
+  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 4); ++i) {
+    absl::StrAppendFormat(&hex, "%s%02x", i ? " " : "", static_cast<uint8_t>(bytes[i]));
+  }
+  return bytes.empty() ? "empty input" : absl::StrCat("starts with ", hex);
+}
+
+// ----------------------------------------------------------------------------------- JPEG
+
+struct JpegError {
+  jpeg_error_mgr manager;  // first member: libjpeg hands us a pointer to it
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+[[noreturn]] void JpegErrorExit(j_common_ptr cinfo) {
+  auto* error = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, error->message);
+  std::longjmp(error->jump, 1);
+}
+
+void JpegEmitMessage(j_common_ptr cinfo, int level) {
+  auto* error = reinterpret_cast<JpegError*>(cinfo->err);
+  // Warnings are not printed; a premature end of data makes the decode fail as TensorFlow's
+  // does (libjpeg would pad the image with gray).
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) error->truncated = true;
+}
+
+// Kept free of C++ objects with destructors between setjmp and the end, so that longjmp
+// skips nothing that must be destroyed.
+bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, Tensor* out,
+                    std::string* error_message) {
+  jpeg_decompress_struct cinfo;
+  JpegError error;
+  error.truncated = false;
+  error.message[0] = '\0';
+  cinfo.err = jpeg_std_error(&error.manager);
+  error.manager.error_exit = JpegErrorExit;
+  error.manager.emit_message = JpegEmitMessage;
+  if (setjmp(error.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *error_message = error.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  int channels = options.channels;
+  if (channels == 0) channels = cinfo.num_components == 1 ? 1 : 3;
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.dct_method = options.fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+  if (static_cast<int64_t>(cinfo.image_width) * cinfo.image_height > kMaxPixels) {
+    std::snprintf(error.message, sizeof(error.message), "image of %ux%u pixels is too large",
+                  cinfo.image_width, cinfo.image_height);
+    std::longjmp(error.jump, 1);
+  }
+  jpeg_start_decompress(&cinfo);
+  *out = Tensor(DType::kUInt8, Shape{cinfo.output_height, cinfo.output_width, channels});
+  const size_t stride = static_cast<size_t>(cinfo.output_width) * channels;
+  auto* base = out->data<uint8_t>();
+  JSAMPROW rows[16];
+  while (cinfo.output_scanline < cinfo.output_height) {
+    const int count = std::min<int>(16, cinfo.output_height - cinfo.output_scanline);
+    for (int i = 0; i < count; ++i) rows[i] = base + (cinfo.output_scanline + i) * stride;
+    if (jpeg_read_scanlines(&cinfo, rows, count) == 0) break;
+    if (error.truncated) break;
+  }
+  if (error.truncated) {
+    std::snprintf(error.message, sizeof(error.message),
+                  "JPEG data ends early (truncated file)");
+    std::longjmp(error.jump, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return true;
+}
+
+struct JpegDestination {
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+};
+
+bool EncodeJpegInto(const Tensor& image, int quality, JpegDestination* destination,
+                    std::string* error_message) {
+  jpeg_compress_struct cinfo;
+  JpegError error;
+  error.truncated = false;
+  cinfo.err = jpeg_std_error(&error.manager);
+  error.manager.error_exit = JpegErrorExit;
+  error.manager.emit_message = JpegEmitMessage;
+  if (setjmp(error.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    *error_message = error.message;
+    return false;
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_mem_dest(&cinfo, &destination->buffer, &destination->size);
+  cinfo.image_height = static_cast<JDIMENSION>(image.dim(0));
+  cinfo.image_width = static_cast<JDIMENSION>(image.dim(1));
+  cinfo.input_components = static_cast<int>(image.dim(2));
+  cinfo.in_color_space = image.dim(2) == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  const size_t stride = static_cast<size_t>(image.dim(1) * image.dim(2));
+  auto* base = image.data<uint8_t>();
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = base + cinfo.next_scanline * stride;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  return true;
+}
+
+// ------------------------------------------------------------------------------------ PNG
+
+struct PngIo {
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+  size_t position = 0;
+  std::string* output = nullptr;
+  char message[256] = {0};
+};
+
+[[noreturn]] void PngError(png_structp png, png_const_charp message) {
+  auto* io = static_cast<PngIo*>(png_get_error_ptr(png));
+  std::snprintf(io->message, sizeof(io->message), "%s", message);
+  png_longjmp(png, 1);
+}
+void PngWarning(png_structp, png_const_charp) {}
+
+void PngReadData(png_structp png, png_bytep out, png_size_t n) {
+  auto* io = static_cast<PngIo*>(png_get_io_ptr(png));
+  if (io->size - io->position < n) png_error(png, "PNG data ends early (truncated file)");
+  std::memcpy(out, io->data + io->position, n);
+  io->position += n;
+}
+
+void PngWriteData(png_structp png, png_bytep data, png_size_t n) {
+  auto* io = static_cast<PngIo*>(png_get_io_ptr(png));
+  io->output->append(reinterpret_cast<const char*>(data), n);
+}
+void PngFlush(png_structp) {}
+
+bool DecodePngInto(absl::string_view bytes, int channels, DType dtype, Tensor* out,
+                   std::vector<png_bytep>* rows, PngIo* io) {
+  io->data = reinterpret_cast<const unsigned char*>(bytes.data());
+  io->size = bytes.size();
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, io, PngError, PngWarning);
+  if (png == nullptr) return false;
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr || setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, io, PngReadData);
+  png_read_info(png, info);
+  const png_uint_32 width = png_get_image_width(png, info);
+  const png_uint_32 height = png_get_image_height(png, info);
+  if (static_cast<int64_t>(width) * height > kMaxPixels) png_error(png, "image is too large");
+  const int color_type = png_get_color_type(png, info);
+  const int bit_depth = png_get_bit_depth(png, info);
+  const bool has_trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+
+  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (has_trns) png_set_tRNS_to_alpha(png);
+  const bool is_color = (color_type & PNG_COLOR_MASK_COLOR) != 0;
+  const bool has_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0 || has_trns;
+  const int stored_channels = (is_color ? 3 : 1) + (has_alpha ? 1 : 0);
+  const int out_channels = channels == 0 ? stored_channels : channels;
+  const bool want_color = out_channels >= 3;
+  const bool want_alpha = out_channels == 2 || out_channels == 4;
+  if (is_color && !want_color) png_set_rgb_to_gray_fixed(png, 1, -1, -1);
+  if (!is_color && want_color) png_set_gray_to_rgb(png);
+  if (has_alpha && !want_alpha) png_set_strip_alpha(png);
+  if (!has_alpha && want_alpha) png_set_add_alpha(png, 0xffff, PNG_FILLER_AFTER);
+  const int bytes_per_sample = dtype == DType::kUInt16 ? 2 : 1;
+  if (bytes_per_sample == 1 && bit_depth == 16) png_set_strip_16(png);
+  if (bytes_per_sample == 2) {
+    if (bit_depth < 16) png_set_expand_16(png);
+    png_set_swap(png);  // PNG stores 16-bit samples big-endian
+  }
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_channels(png, info) != out_channels ||
+      png_get_rowbytes(png, info) != static_cast<size_t>(width) * out_channels * bytes_per_sample) {
+    png_error(png, "unexpected PNG layout after conversion");
+  }
+  *out = Tensor(dtype, Shape{height, width, out_channels});
+  rows->resize(height);
+  auto* base = static_cast<png_bytep>(out->raw_data());
+  for (png_uint_32 y = 0; y < height; ++y) {
+    (*rows)[y] = base + static_cast<size_t>(y) * width * out_channels * bytes_per_sample;
+  }
+  png_read_image(png, rows->data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+bool EncodePngInto(const Tensor& image, std::vector<png_bytep>* rows, PngIo* io) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, io, PngError, PngWarning);
+  if (png == nullptr) return false;
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr || setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return false;
+  }
+  png_set_write_fn(png, io, PngWriteData, PngFlush);
+  const int channels = static_cast<int>(image.dim(2));
+  static constexpr int kColorTypes[] = {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA,
+                                        PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
+  const int bit_depth = image.dtype() == DType::kUInt16 ? 16 : 8;
+  png_set_IHDR(png, info, static_cast<png_uint_32>(image.dim(1)),
+               static_cast<png_uint_32>(image.dim(0)), bit_depth, kColorTypes[channels - 1],
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  if (bit_depth == 16) png_set_swap(png);
+  auto* base = static_cast<png_bytep>(image.raw_data());
+  const size_t stride = static_cast<size_t>(image.dim(1)) * channels * (bit_depth / 8);
+  rows->resize(image.dim(0));
+  for (int64_t y = 0; y < image.dim(0); ++y) (*rows)[y] = base + y * stride;
+  png_write_image(png, rows->data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return true;
+}
+
+// ------------------------------------------------------------------------------- resize
+
+struct Interpolation {
+  int64_t lower;
+  int64_t upper;
+  float lerp;
+};
+
+// TensorFlow's compute_interpolation_weights with HalfPixelScaler.
+std::vector<Interpolation> InterpolationWeights(int64_t out_size, int64_t in_size,
+                                                int64_t stride) {
+  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+  std::vector<Interpolation> weights(out_size);
+  for (int64_t i = 0; i < out_size; ++i) {
+    const float in = (static_cast<float>(i) + 0.5f) * scale - 0.5f;
+    const float in_floor = std::floor(in);
+    weights[i].lower = std::max<int64_t>(static_cast<int64_t>(in_floor), 0) * stride;
+    weights[i].upper = std::min<int64_t>(static_cast<int64_t>(std::ceil(in)), in_size - 1) * stride;
+    weights[i].lerp = in - in_floor;
+  }
+  return weights;
+}
+
+template <typename T, int kChannels>
+void ResizeImage(const T* in, int64_t in_h, int64_t in_w, int64_t channels, float* out,
+                 const std::vector<Interpolation>& ys, const std::vector<Interpolation>& xs) {
+  const int64_t c = kChannels > 0 ? kChannels : channels;
+  const int64_t out_w = static_cast<int64_t>(xs.size());
+  const int64_t in_row = in_w * c;
+  for (const Interpolation& y : ys) {
+    const T* top = in + y.lower * in_row;
+    const T* bottom = in + y.upper * in_row;
+    const float y_lerp = y.lerp;
+    for (int64_t x = 0; x < out_w; ++x) {
+      const int64_t left = xs[x].lower;
+      const int64_t right = xs[x].upper;
+      const float x_lerp = xs[x].lerp;
+      for (int64_t k = 0; k < c; ++k) {
+        const float top_left = static_cast<float>(top[left + k]);
+        const float top_right = static_cast<float>(top[right + k]);
+        const float bottom_left = static_cast<float>(bottom[left + k]);
+        const float bottom_right = static_cast<float>(bottom[right + k]);
+        const float top_value = top_left + (top_right - top_left) * x_lerp;
+        const float bottom_value = bottom_left + (bottom_right - bottom_left) * x_lerp;
+        out[k] = top_value + (bottom_value - top_value) * y_lerp;
+      }
+      out += c;
+    }
+  }
+}
+
+template <typename T>
+void ResizeBatch(const Tensor& images, int64_t n, int64_t h, int64_t w, int64_t c, Tensor* out,
+                 int64_t out_h, int64_t out_w) {
+  const auto ys = InterpolationWeights(out_h, h, 1);
+  const auto xs = InterpolationWeights(out_w, w, c);
+  const T* in = images.data<T>();
+  float* dst = out->data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const T* image = in + i * h * w * c;
+    float* out_image = dst + i * out_h * out_w * c;
+    switch (c) {
+      case 1: ResizeImage<T, 1>(image, h, w, c, out_image, ys, xs); break;
+      case 3: ResizeImage<T, 3>(image, h, w, c, out_image, ys, xs); break;
+      case 4: ResizeImage<T, 4>(image, h, w, c, out_image, ys, xs); break;
+      default: ResizeImage<T, 0>(image, h, w, c, out_image, ys, xs); break;
+    }
+  }
+}
+
+template <typename To, typename From>
+To ConvertValue(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    if constexpr (std::is_same_v<From, Float16> || std::is_same_v<From, BFloat16>) {
+      return static_cast<float>(v) != 0.0f;
+    } else {
+      return v != From{};
+    }
+  } else if constexpr (std::is_same_v<From, Float16> || std::is_same_v<From, BFloat16>) {
+    return ConvertValue<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, Float16> || std::is_same_v<To, BFloat16>) {
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+}  // namespace
+
+bool LooksLikeJpeg(absl::string_view bytes) {
+  return bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xff &&
+         static_cast<uint8_t>(bytes[1]) == 0xd8 && static_cast<uint8_t>(bytes[2]) == 0xff;
+}
+
+bool LooksLikePng(absl::string_view bytes) {
+  return bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0;
+}
+
+absl::StatusOr<Tensor> DecodeJpeg(absl::string_view bytes, const JpegDecodeOptions& options) {
+  if (options.channels != 0 && options.channels != 1 && options.channels != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_jpeg: channels must be 0, 1 or 3, not ", options.channels));
+  }
+  if (!LooksLikeJpeg(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("decode_jpeg: input is not a JPEG (",
+                                                   bytes.size(), " bytes, ", FirstBytes(bytes),
+                                                   ")"));
+  }
+  Tensor out;
+  std::string message;
+  if (!DecodeJpegInto(bytes, options, &out, &message)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_jpeg: invalid JPEG data (", bytes.size(), " bytes): ", message));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> DecodePng(absl::string_view bytes, int channels, DType dtype) {
+  if (channels < 0 || channels > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_png: channels must be 0 to 4, not ", channels));
+  }
+  if (dtype != DType::kUInt8 && dtype != DType::kUInt16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_png: dtype must be uint8 or uint16, not ", DTypeName(dtype)));
+  }
+  if (!LooksLikePng(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("decode_png: input is not a PNG (",
+                                                   bytes.size(), " bytes, ", FirstBytes(bytes),
+                                                   ")"));
+  }
+  Tensor out;
+  std::vector<png_bytep> rows;
+  PngIo io;
+  if (!DecodePngInto(bytes, channels, dtype, &out, &rows, &io)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_png: invalid PNG data (", bytes.size(), " bytes): ", io.message));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> EncodeJpeg(const Tensor& image, int quality) {
+  if (image.dtype() != DType::kUInt8 || image.rank() != 3 ||
+      (image.dim(2) != 1 && image.dim(2) != 3) || image.dim(0) == 0 || image.dim(1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encode_jpeg: expected a uint8 image [h, w, 1 or 3], got ",
+                     DTypeName(image.dtype()), image.shape().ToString()));
+  }
+  JpegDestination destination;
+  std::string message;
+  const bool ok = EncodeJpegInto(image, std::clamp(quality, 1, 100), &destination, &message);
+  std::string bytes;
+  if (ok) bytes.assign(reinterpret_cast<char*>(destination.buffer), destination.size);
+  std::free(destination.buffer);
+  if (!ok) return absl::InternalError(absl::StrCat("encode_jpeg: ", message));
+  return bytes;
+}
+
+absl::StatusOr<std::string> EncodePng(const Tensor& image) {
+  if ((image.dtype() != DType::kUInt8 && image.dtype() != DType::kUInt16) || image.rank() != 3 ||
+      image.dim(2) < 1 || image.dim(2) > 4 || image.dim(0) == 0 || image.dim(1) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encode_png: expected a uint8 or uint16 image [h, w, 1-4], got ",
+                     DTypeName(image.dtype()), image.shape().ToString()));
+  }
+  std::string bytes;
+  std::vector<png_bytep> rows;
+  PngIo io;
+  io.output = &bytes;
+  if (!EncodePngInto(image, &rows, &io)) {
+    return absl::InternalError(absl::StrCat("encode_png: ", io.message));
+  }
+  return bytes;
+}
+
+absl::StatusOr<Tensor> ResizeBilinear(const Tensor& images, int64_t height, int64_t width) {
+  if (images.rank() != 3 && images.rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resize: expected an image [h, w, c] or a batch [n, h, w, c], got shape ",
+        images.shape().ToString()));
+  }
+  if (height <= 0 || width <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resize: size must be positive, got ", height, "x", width));
+  }
+  const bool batch = images.rank() == 4;
+  const int64_t n = batch ? images.dim(0) : 1;
+  const int64_t h = images.dim(batch ? 1 : 0);
+  const int64_t w = images.dim(batch ? 2 : 1);
+  const int64_t c = images.dim(batch ? 3 : 2);
+  if ((h == 0 || w == 0) && n > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resize: input image is empty: ", images.shape().ToString()));
+  }
+  Tensor out(DType::kFloat32, batch ? Shape{n, height, width, c} : Shape{height, width, c});
+  switch (images.dtype()) {
+    case DType::kUInt8: ResizeBatch<uint8_t>(images, n, h, w, c, &out, height, width); break;
+    case DType::kUInt16: ResizeBatch<uint16_t>(images, n, h, w, c, &out, height, width); break;
+    case DType::kInt32: ResizeBatch<int32_t>(images, n, h, w, c, &out, height, width); break;
+    case DType::kFloat32: ResizeBatch<float>(images, n, h, w, c, &out, height, width); break;
+    case DType::kFloat64: ResizeBatch<double>(images, n, h, w, c, &out, height, width); break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resize: unsupported dtype ", DTypeName(images.dtype()),
+          " (uint8, uint16, int32, float or double)"));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> mean,
+                                 absl::Span<const float> stddev, float scale) {
+  if (images.rank() < 1 || !(IsFloatingPoint(images.dtype()) || IsInteger(images.dtype()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("normalize: expected a numeric tensor with a channel axis, got ",
+                     DTypeName(images.dtype()), images.shape().ToString()));
+  }
+  const int64_t c = images.dim(images.rank() - 1);
+  auto check = [&](absl::Span<const float> values, const char* what) -> absl::Status {
+    if (values.size() == 1 || static_cast<int64_t>(values.size()) == c) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("normalize: ", what, " has ", values.size(),
+                                                   " values but the images have ", c,
+                                                   " channels"));
+  };
+  KILN_RETURN_IF_ERROR(check(mean, "mean"));
+  KILN_RETURN_IF_ERROR(check(stddev, "stddev"));
+  std::vector<float> m(c), s(c);
+  for (int64_t k = 0; k < c; ++k) {
+    m[k] = mean.size() == 1 ? mean[0] : mean[k];
+    s[k] = stddev.size() == 1 ? stddev[0] : stddev[k];
+  }
+  const bool in_place = images.dtype() == DType::kFloat32 && images.buffer() &&
+                        images.buffer().use_count() == 1;
+  Tensor out = in_place ? images : Tensor(DType::kFloat32, images.shape());
+  const int64_t pixels = c == 0 ? 0 : images.num_elements() / c;
+  float* dst = out.data<float>();
+  VisitDType(images.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, std::string>) {
+      const T* src = images.data<T>();
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t k = 0; k < c; ++k) {
+          dst[p * c + k] = (ConvertValue<float>(src[p * c + k]) * scale - m[k]) / s[k];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+absl::StatusOr<Tensor> Cast(const Tensor& input, DType dtype) {
+  if (input.dtype() == DType::kString || dtype == DType::kString ||
+      dtype == DType::kInvalid || !input.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("cast: cannot cast ",
+                                                   DTypeName(input.dtype()), " to ",
+                                                   DTypeName(dtype)));
+  }
+  if (input.dtype() == dtype) return input;
+  Tensor out(dtype, input.shape());
+  const int64_t n = input.num_elements();
+  VisitDType(input.dtype(), [&](auto from_tag) {
+    using From = decltype(from_tag);
+    VisitDType(dtype, [&](auto to_tag) {
+      using To = decltype(to_tag);
+      if constexpr (!std::is_same_v<From, std::string> && !std::is_same_v<To, std::string>) {
+        const From* src = input.data<From>();
+        To* dst = out.data<To>();
+        for (int64_t i = 0; i < n; ++i) dst[i] = ConvertValue<To>(src[i]);
+      }
+    });
+  });
+  return out;
+}
+
+absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, float on, float off,
+                              DType dtype) {
+  if (!IsInteger(indices.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("one_hot: indices must be integers, got ",
+                                                   DTypeName(indices.dtype())));
+  }
+  if (depth < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("one_hot: depth must be >= 0, got ", depth));
+  }
+  if (dtype == DType::kString || dtype == DType::kInvalid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("one_hot: unsupported output dtype ", DTypeName(dtype)));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor index64, Cast(indices, DType::kInt64));
+  Shape shape = indices.shape();
+  shape.push_back(depth);
+  Tensor out(dtype, shape);
+  const int64_t n = indices.num_elements();
+  const int64_t* idx = index64.data<int64_t>();
+  VisitDType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, std::string>) {
+      const T on_value = ConvertValue<T>(on), off_value = ConvertValue<T>(off);
+      T* dst = out.data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t d = 0; d < depth; ++d) dst[i * depth + d] = off_value;
+        if (idx[i] >= 0 && idx[i] < depth) dst[i * depth + idx[i]] = on_value;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace kiln::data::formats
