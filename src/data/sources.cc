@@ -1,0 +1,285 @@
+// Source datasets: Range, FromTensors, FromTensorSlices, FromGenerator, ListFiles.
+#include <glob.h>
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "data/internal.h"
+#include "kiln/core/status.h"
+
+namespace kiln::data {
+namespace {
+
+// ---- Range ----
+
+class RangeNode : public DatasetNode {
+ public:
+  RangeNode(int64_t start, int64_t stop, int64_t step) : start_(start), stop_(stop), step_(step) {}
+  std::string name() const override { return "Range"; }
+  int64_t Cardinality() const override {
+    if (step_ > 0) return std::max<int64_t>(0, (stop_ - start_ + step_ - 1) / step_);
+    return std::max<int64_t>(0, (start_ - stop_ - step_ - 1) / -step_);
+  }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    return std::unique_ptr<IteratorBase>(new It(ctx, this));
+  }
+
+ private:
+  class It : public IteratorBase {
+   public:
+    It(const IteratorContext& ctx, const RangeNode* node)
+        : IteratorBase(ctx, "Range", false), next_(node->start_), stop_(node->stop_),
+          step_(node->step_) {}
+    absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (step_ > 0 ? next_ >= stop_ : next_ <= stop_) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      out->tensors.resize(1);
+      out->tensors[0] = Tensor::Scalar<int64_t>(next_);
+      out->names.reset();
+      next_ += step_;
+      return absl::OkStatus();
+    }
+
+   private:
+    int64_t next_, stop_, step_;
+  };
+  int64_t start_, stop_, step_;
+};
+
+// ---- FromTensors / FromTensorSlices ----
+
+class FromTensorsNode : public DatasetNode {
+ public:
+  explicit FromTensorsNode(Element element) : element_(std::move(element)) {}
+  std::string name() const override { return "FromTensors"; }
+  int64_t Cardinality() const override { return 1; }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    return std::unique_ptr<IteratorBase>(new It(ctx, element_));
+  }
+
+ private:
+  class It : public IteratorBase {
+   public:
+    It(const IteratorContext& ctx, const Element& e)
+        : IteratorBase(ctx, "FromTensors", false), element_(e) {}
+    absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (done_) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      done_ = true;
+      *out = element_;
+      return absl::OkStatus();
+    }
+
+   private:
+    const Element& element_;
+    bool done_ = false;
+  };
+  Element element_;
+};
+
+class FromTensorSlicesNode : public DatasetNode {
+ public:
+  FromTensorSlicesNode(Element element, int64_t rows) : element_(std::move(element)), rows_(rows) {}
+  std::string name() const override { return "FromTensorSlices"; }
+  int64_t Cardinality() const override { return rows_; }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    return std::unique_ptr<IteratorBase>(new It(ctx, this));
+  }
+
+ private:
+  class It : public IteratorBase {
+   public:
+    It(const IteratorContext& ctx, const FromTensorSlicesNode* node)
+        : IteratorBase(ctx, "FromTensorSlices", false), node_(node) {}
+    absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (index_ >= node_->rows_) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      out->tensors.clear();
+      for (const Tensor& t : node_->element_.tensors) out->tensors.push_back(t.SubTensor(index_));
+      out->names = node_->element_.names;
+      ++index_;
+      return absl::OkStatus();
+    }
+
+   private:
+    const FromTensorSlicesNode* node_;
+    int64_t index_ = 0;
+  };
+  Element element_;
+  int64_t rows_;
+};
+
+// ---- FromGenerator ----
+
+class GeneratorNode : public DatasetNode {
+ public:
+  explicit GeneratorNode(std::function<Generator()> make) : make_(std::move(make)) {}
+  std::string name() const override { return "Generator"; }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    return std::unique_ptr<IteratorBase>(new It(ctx, make_));
+  }
+
+ private:
+  class It : public IteratorBase {
+   public:
+    It(const IteratorContext& ctx, const std::function<Generator()>& make)
+        : IteratorBase(ctx, "Generator", false), make_(make) {}
+    absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (done_) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      // Created on the first GetNext, as a Python generator starts running on its first next().
+      if (!generator_) generator_ = make_();
+      absl::StatusOr<std::optional<Element>> next = generator_();
+      if (!next.ok()) return next.status();
+      if (!next->has_value()) {
+        done_ = true;
+        *end = true;
+        generator_ = nullptr;
+        return absl::OkStatus();
+      }
+      *out = std::move(**next);
+      return absl::OkStatus();
+    }
+
+   private:
+    const std::function<Generator()>& make_;
+    Generator generator_;
+    bool done_ = false;
+  };
+  std::function<Generator()> make_;
+};
+
+// ---- ListFiles ----
+
+class ListFilesNode : public DatasetNode {
+ public:
+  ListFilesNode(std::vector<std::string> files, bool shuffle, std::optional<uint64_t> seed)
+      : files_(std::move(files)), shuffle_(shuffle), seed_(seed) {}
+  std::string name() const override { return "ListFiles"; }
+  int64_t Cardinality() const override { return static_cast<int64_t>(files_.size()); }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    std::vector<std::string> order = files_;
+    if (shuffle_) {
+      // With a seed every iterator of one dataset would be shuffled alike unless the epoch
+      // moves the seed on, as tf.data's reshuffle_each_iteration does.
+      uint64_t seed = seed_ ? *seed_ + 0x9E3779B97F4A7C15ull * epoch_.fetch_add(1)
+                            : std::random_device{}();
+      std::mt19937_64 rng(seed);
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    return std::unique_ptr<IteratorBase>(new It(ctx, std::move(order)));
+  }
+
+ private:
+  class It : public IteratorBase {
+   public:
+    It(const IteratorContext& ctx, std::vector<std::string> files)
+        : IteratorBase(ctx, "ListFiles", false), files_(std::move(files)) {}
+    absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (index_ >= files_.size()) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      out->tensors.assign(1, Tensor::Scalar<std::string>(files_[index_++]));
+      out->names.reset();
+      return absl::OkStatus();
+    }
+
+   private:
+    std::vector<std::string> files_;
+    size_t index_ = 0;
+  };
+  std::vector<std::string> files_;
+  bool shuffle_;
+  std::optional<uint64_t> seed_;
+  mutable std::atomic<uint64_t> epoch_{0};
+};
+
+}  // namespace
+
+Dataset Dataset::Range(int64_t stop) { return Range(0, stop, 1); }
+
+Dataset Dataset::Range(int64_t start, int64_t stop, int64_t step) {
+  if (step == 0) return Dataset(absl::InvalidArgumentError("Range: step must not be 0"));
+  return Dataset(std::make_shared<RangeNode>(start, stop, step));
+}
+
+Dataset Dataset::FromTensors(Element element) {
+  for (size_t i = 0; i < element.size(); ++i) {
+    if (!element[i].valid()) {
+      return Dataset(absl::InvalidArgumentError(
+          absl::StrCat("FromTensors: component ", i, " is an invalid (empty) tensor")));
+    }
+  }
+  return Dataset(std::make_shared<FromTensorsNode>(std::move(element)));
+}
+
+Dataset Dataset::FromTensorSlices(Element element) {
+  if (element.size() == 0) {
+    return Dataset(absl::InvalidArgumentError("FromTensorSlices: the element has no components"));
+  }
+  int64_t rows = -1;
+  for (size_t i = 0; i < element.size(); ++i) {
+    const Tensor& t = element[i];
+    if (!t.valid() || t.rank() == 0) {
+      return Dataset(absl::InvalidArgumentError(absl::StrCat(
+          "FromTensorSlices: component ", i, " must have rank >= 1, got shape ",
+          t.valid() ? t.shape().ToString() : "(invalid tensor)")));
+    }
+    if (rows >= 0 && t.dim(0) != rows) {
+      return Dataset(absl::InvalidArgumentError(absl::StrCat(
+          "FromTensorSlices: all components must have the same size in dimension 0; component "
+          "0 has ",
+          rows, " and component ", i, " has shape ", t.shape().ToString())));
+    }
+    rows = t.dim(0);
+  }
+  return Dataset(std::make_shared<FromTensorSlicesNode>(std::move(element), rows));
+}
+
+Dataset Dataset::FromGenerator(std::function<Generator()> make_generator) {
+  if (!make_generator) return Dataset(absl::InvalidArgumentError("FromGenerator: empty function"));
+  return Dataset(std::make_shared<GeneratorNode>(std::move(make_generator)));
+}
+
+Dataset Dataset::ListFiles(const std::vector<std::string>& patterns, bool shuffle,
+                           std::optional<uint64_t> seed) {
+  std::vector<std::string> files;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    const int rc = glob(pattern.c_str(), 0, nullptr, &g);
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+    if (rc != 0 && rc != GLOB_NOMATCH) {
+      return Dataset(absl::InternalError(absl::StrCat("ListFiles: glob failed on ", pattern)));
+    }
+  }
+  if (files.empty()) {
+    return Dataset(absl::InvalidArgumentError(
+        absl::StrCat("ListFiles: expected the file pattern to match at least one file, but no "
+                     "files matched: ",
+                     absl::StrJoin(patterns, ", "))));
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return Dataset(std::make_shared<ListFilesNode>(std::move(files), shuffle, seed));
+}
+
+}  // namespace kiln::data
