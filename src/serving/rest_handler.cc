@@ -231,7 +231,8 @@ HttpResponse RestHandler::Handle(const HttpRequest& request) const {
     return HandleV1(request, path.substr(strlen("/v1/models")));
   }
   if (absl::StartsWithIgnoreCase(path, "/v2")) return HandleV2(request, path.substr(3));
-  return Malformed(request);
+  if (absl::StartsWithIgnoreCase(path, "/v1/")) return Malformed(request);
+  return ErrorResponse(absl::NotFoundError(absl::StrCat("Not found: ", request.target)));
 }
 
 HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view path) const {

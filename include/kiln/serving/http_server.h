@@ -1,0 +1,47 @@
+// An asynchronous HTTP/1.1 server (Boost.Beast on Asio) with keep-alive: a few I/O threads
+// serve every connection; a request is handled on the thread that read it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/serving/rest_handler.h"
+
+namespace kiln::serving {
+
+struct HttpServerOptions {
+  std::string address = "0.0.0.0";
+  int port = 0;  // 0: any free port (see HttpServer::port())
+  int num_threads = 4;
+  // Bodies above this answer 413 with a JSON error; the connection is then closed.
+  size_t max_body_bytes = 256ull << 20;
+  // Idle and read/write timeout of a connection.
+  int timeout_ms = 30000;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           Handler handler);
+  ~HttpServer();
+
+  int port() const { return port_; }
+  // Stops accepting, lets requests in progress finish (up to `grace_ms`), then stops.
+  void Shutdown(int grace_ms = 10000);
+
+  struct Impl;
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace kiln::serving

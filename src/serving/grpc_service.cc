@@ -1,0 +1,197 @@
+#include "kiln/serving/grpc_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/clock.h"
+#include "kiln/core/status.h"
+#include "kiln/serving/inference.h"
+#include "kiln/serving/tensor_proto.h"
+#include "tensorflow_serving/apis/signature_def_map_wire.pb.h"
+
+namespace kiln::serving {
+
+using namespace tensorflow::serving;  // NOLINT: the service's message types
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::StatusOr<ModelSpecRef> SpecFromProto(const ModelSpec& spec) {
+  if (spec.name().empty()) return absl::InvalidArgumentError("Missing ModelSpec");
+  ModelSpecRef ref;
+  ref.name = spec.name();
+  if (spec.has_version()) ref.version = spec.version().value();
+  if (spec.version_choice_case() == ModelSpec::kVersionLabel) ref.label = spec.version_label();
+  return ref;
+}
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> LookupProto(ServerCore* core,
+                                                                   const ModelSpec& spec) {
+  KILN_ASSIGN_OR_RETURN(ModelSpecRef ref, SpecFromProto(spec));
+  return core->Lookup(ref);
+}
+
+void FillSpec(const ServableVersion& servable, const std::string& signature, ModelSpec* spec) {
+  spec->set_name(servable.name());
+  spec->mutable_version()->set_value(servable.version());
+  spec->set_signature_name(signature);
+}
+
+}  // namespace
+
+void PredictionServiceImpl::Record(const std::string& model, const char* api,
+                                   const absl::Status& status, int64_t start_ns) {
+  if (metrics_ == nullptr) return;
+  metrics_->request_count.Increment({model, StatusCodeName(status.code())});
+  metrics_->request_latency.Observe({model, api, "GRPC"}, (NowNanos() - start_ns) / 1e3);
+}
+
+grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictRequest* request,
+                                            PredictResponse* response) {
+  const int64_t start_ns = NowNanos();
+  const absl::Status status = [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    std::map<std::string, Tensor> inputs;
+    for (const auto& [key, proto] : request->inputs()) {
+      KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
+    }
+    std::vector<std::string> filter(request->output_filter().begin(),
+                                    request->output_filter().end());
+    KILN_ASSIGN_OR_RETURN(PredictResult result,
+                          RunPredict(*servable, request->model_spec().signature_name(),
+                                     std::move(inputs), filter));
+    for (const std::string& key : result.output_order) {
+      TensorToProto(result.outputs.at(key), &(*response->mutable_outputs())[key]);
+    }
+    FillSpec(*servable, result.signature->key, response->mutable_model_spec());
+    return absl::OkStatus();
+  }();
+  Record(request->model_spec().name(), "predict", status, start_ns);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
+                                             const ClassificationRequest* request,
+                                             ClassificationResponse* response) {
+  const int64_t start_ns = NowNanos();
+  const absl::Status status = [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
+                          RunClassify(*servable, request->model_spec().signature_name(),
+                                      request->input()));
+    const std::string& name = request->model_spec().signature_name();
+    FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
+    return absl::OkStatus();
+  }();
+  Record(request->model_spec().name(), "classify", status, start_ns);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*,
+                                            const RegressionRequest* request,
+                                            RegressionResponse* response) {
+  const int64_t start_ns = NowNanos();
+  const absl::Status status = [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
+                          RunRegress(*servable, request->model_spec().signature_name(),
+                                     request->input()));
+    const std::string& name = request->model_spec().signature_name();
+    FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
+    return absl::OkStatus();
+  }();
+  Record(request->model_spec().name(), "regress", status, start_ns);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
+                                                   const MultiInferenceRequest* request,
+                                                   MultiInferenceResponse* response) {
+  const int64_t start_ns = NowNanos();
+  std::string model;
+  const absl::Status status = [&]() -> absl::Status {
+    if (request->tasks().empty()) return absl::InvalidArgumentError("Empty tasks list");
+    model = request->tasks(0).model_spec().name();
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->tasks(0).model_spec()));
+    KILN_ASSIGN_OR_RETURN(*response, RunMultiInference(*servable, *request));
+    return absl::OkStatus();
+  }();
+  Record(model, "multi_inference", status, start_ns);
+  return ToGrpcStatus(status);
+}
+
+grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
+                                                     const GetModelMetadataRequest* request,
+                                                     GetModelMetadataResponse* response) {
+  const absl::Status status = [&]() -> absl::Status {
+    if (request->metadata_field().empty()) {
+      return absl::InvalidArgumentError(
+          "GetModelMetadataRequest must specify at least one metadata_field");
+    }
+    for (const std::string& field : request->metadata_field()) {
+      if (field != "signature_def") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Metadata field ", field, " is not supported"));
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    kiln::serving_wire::SignatureDefMapWire map;
+    for (const auto& [key, signature] : servable->model().signatures()) {
+      auto& def = (*map.mutable_signature_def())[key];
+      def.set_method_name(signature.method_name);
+      for (const auto* side : {&signature.inputs, &signature.outputs}) {
+        auto* out = side == &signature.inputs ? def.mutable_inputs() : def.mutable_outputs();
+        for (const auto& [name, info] : *side) {
+          auto& wire = (*out)[name];
+          wire.set_name(info.name);
+          wire.set_dtype(DTypeToProto(info.dtype));
+          ShapeToProto(info.rank_known, info.shape, wire.mutable_tensor_shape());
+        }
+      }
+    }
+    auto& any = (*response->mutable_metadata())["signature_def"];
+    any.set_type_url("type.googleapis.com/tensorflow.serving.SignatureDefMap");
+    any.set_value(map.SerializeAsString());
+    response->mutable_model_spec()->set_name(servable->name());
+    response->mutable_model_spec()->mutable_version()->set_value(servable->version());
+    return absl::OkStatus();
+  }();
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
+                                              const GetModelStatusRequest* request,
+                                              GetModelStatusResponse* response) {
+  const absl::Status status = [&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(ModelSpecRef ref, SpecFromProto(request->model_spec()));
+    std::optional<int64_t> version = ref.version;
+    if (!ref.label.empty()) {
+      KILN_ASSIGN_OR_RETURN(int64_t resolved, core_->ResolveLabel(ref.name, ref.label));
+      version = resolved;
+    }
+    KILN_ASSIGN_OR_RETURN(auto versions, core_->GetStatus(ref.name, version));
+    for (const VersionStatus& v : versions) {
+      auto* out = response->add_model_version_status();
+      out->set_version(v.version);
+      out->set_state(v.state);
+      out->mutable_status()->set_error_code(static_cast<int>(v.status.code()));
+      out->mutable_status()->set_error_message(std::string(v.status.message()));
+    }
+    return absl::OkStatus();
+  }();
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ModelServiceImpl::HandleReloadConfigRequest(grpc::ServerContext*,
+                                                         const ReloadConfigRequest* request,
+                                                         ReloadConfigResponse* response) {
+  const absl::Status status = core_->ReloadConfig(request->config());
+  response->mutable_status()->set_error_code(static_cast<int>(status.code()));
+  response->mutable_status()->set_error_message(std::string(status.message()));
+  return ToGrpcStatus(status);
+}
+
+}  // namespace kiln::serving
