@@ -57,6 +57,14 @@ def peak_rss_bytes():
     return (own + children) * 1024  # children: the largest finished worker
 
 
+def cpu_seconds():
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data_dir", required=True)
@@ -74,14 +82,16 @@ def main():
                         num_workers=args.workers, worker_init_fn=worker_init,
                         persistent_workers=args.workers > 0)
     images = 0
+    cpu_start = cpu_seconds()
     start = time.perf_counter()
     for _ in range(args.epochs):
         for batch, labels in loader:
             images += batch.shape[0]
     seconds = time.perf_counter() - start
-    del loader  # ends the workers so their peak RSS is counted
+    del loader  # ends the workers so that their CPU time and peak RSS are counted
     print(json.dumps({"name": "images/torch", "images_per_second": round(images / seconds, 1),
                       "seconds": round(seconds, 3), "images": images,
+                      "cpu_ms_per_image": round((cpu_seconds() - cpu_start) * 1e3 / images, 3),
                       "peak_rss_bytes": peak_rss_bytes()}))
 
 
