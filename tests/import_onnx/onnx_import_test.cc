@@ -467,6 +467,78 @@ TEST(OnnxImport, UpsampleAndOldResizeBecomeResize) {
   EXPECT_EQ(r->GetString("mode", ""), "nearest");
 }
 
+TEST(OnnxImport, Resize11DropsEmptyRoiAndScalesAndNewerOpsetsPassThrough) {
+  ModelBuilder b(11);
+  using TP = ::onnx::TensorProto;
+  b.Input("x", TP::FLOAT, {"1", "1", "2", "2"});
+  b.FloatInit("roi", {0}, {});
+  b.FloatInit("scales", {0}, {});
+  auto* sizes = b.graph->add_initializer();
+  sizes->set_name("sizes");
+  sizes->set_data_type(TP::INT64);
+  sizes->add_dims(4);
+  for (int64_t v : {1, 1, 4, 4}) sizes->add_int64_data(v);
+  b.Node("Resize", {"x", "roi", "scales", "sizes"}, {"y"});
+  b.Output("y");
+  absl::StatusOr<ImportedModel> m = b.Import();
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ir::Node* r = FindOp(MainGraph(*m), "Resize");
+  ASSERT_EQ(r->inputs.size(), 4u);
+  EXPECT_EQ(r->inputs[1], ir::kNoValue);
+  EXPECT_EQ(r->inputs[2], ir::kNoValue);
+  EXPECT_THAT(ConstInts(MainGraph(*m), r->inputs[3]), ::testing::ElementsAre(1, 1, 4, 4));
+
+  // Opset 18 already has Reduce* axes as inputs: nothing to move.
+  ModelBuilder n(18);
+  n.Input("x", TP::FLOAT, {"2", "3"});
+  n.Input("axes", TP::INT64, {"1"});
+  auto* red = n.Node("ReduceMax", {"x", "axes"}, {"y"});
+  ModelBuilder::IntAttr(red, "keepdims", 0);
+  n.Output("y");
+  m = n.Import();
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ir::Node* rm = FindOp(MainGraph(*m), "ReduceMax");
+  ASSERT_EQ(rm->inputs.size(), 2u);
+  EXPECT_EQ(MainGraph(*m).value(rm->inputs[1]).name, "axes");
+}
+
+TEST(OnnxImport, LoopBodyHasItsOwnInputsAndCapturesOuterValues) {
+  ModelBuilder b(13);
+  using TP = ::onnx::TensorProto;
+  b.Input("trip", TP::INT64, {});
+  b.Input("init", TP::FLOAT, {"2"});
+  b.Input("step", TP::FLOAT, {"2"});
+  auto* loop = b.Node("Loop", {"trip", "", "init"}, {"final", "scan_out"}, "loop");
+  auto* a = loop->add_attribute();
+  a->set_name("body");
+  a->set_type(::onnx::AttributeProto::GRAPH);
+  ::onnx::GraphProto* body = a->mutable_g();
+  body->set_name("body");
+  b.Input("i", TP::INT64, {}, body);
+  b.Input("cond_in", TP::BOOL, {}, body);
+  b.Input("acc", TP::FLOAT, {"2"}, body);
+  b.Node("Identity", {"cond_in"}, {"cond_out"}, "", body);
+  b.Node("Add", {"acc", "step"}, {"acc_out"}, "", body);
+  b.Node("Identity", {"acc_out"}, {"scanned"}, "", body);
+  b.Output("cond_out", TP::BOOL, {}, body);
+  b.Output("acc_out", TP::FLOAT, {"2"}, body);
+  b.Output("scanned", TP::FLOAT, {"2"}, body);
+  b.Output("final");
+  b.Output("scan_out");
+  absl::StatusOr<ImportedModel> m = b.Import();
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ir::Node* l = FindOp(MainGraph(*m), "Loop");
+  ASSERT_NE(l, nullptr);
+  ASSERT_EQ(l->inputs.size(), 3u);
+  EXPECT_EQ(l->inputs[1], ir::kNoValue);
+  ir::GraphPtr g = l->GetGraph("body");
+  ASSERT_EQ(g->inputs.size(), 3u);
+  ASSERT_EQ(g->outputs.size(), 3u);
+  ASSERT_EQ(g->captures.size(), 1u);
+  EXPECT_EQ(g->captures[0].second, "step");
+  EXPECT_TRUE(ir::Verify(MainGraph(*m)).ok()) << ir::Verify(MainGraph(*m));
+}
+
 TEST(OnnxImport, IfBranchesCaptureOuterValuesAndCopyConstants) {
   ModelBuilder b(13);
   using TP = ::onnx::TensorProto;
