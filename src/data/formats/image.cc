@@ -280,31 +280,70 @@ std::vector<Interpolation> InterpolationWeights(int64_t out_size, int64_t in_siz
   return weights;
 }
 
-template <typename T, int kChannels>
-void ResizeImage(const T* in, int64_t in_h, int64_t in_w, int64_t channels, float* out,
-                 const std::vector<Interpolation>& ys, const std::vector<Interpolation>& xs) {
+// Horizontal pass of one input row: out[x * c + k] = left + (right - left) * x_lerp, the
+// first half of TensorFlow's compute_lerp (the "top" or "bottom" value).
+template <int kChannels>
+void InterpolateRow(const float* row, int64_t channels, const std::vector<Interpolation>& xs,
+                    float* out) {
   const int64_t c = kChannels > 0 ? kChannels : channels;
-  const int64_t out_w = static_cast<int64_t>(xs.size());
+  for (const Interpolation& x : xs) {
+    const float* left = row + x.lower;
+    const float* right = row + x.upper;
+    const float lerp = x.lerp;
+    for (int64_t k = 0; k < c; ++k) out[k] = left[k] + (right[k] - left[k]) * lerp;
+    out += c;
+  }
+}
+
+// Separable form of TensorFlow's resize_bilinear: each output row needs the horizontally
+// interpolated input rows `lower` and `upper`, which are computed once and reused by the next
+// output row when it shares them; the vertical pass is then a contiguous, vectorized loop.
+// The arithmetic per output value is TensorFlow's: top + (bottom - top) * y_lerp with
+// top = top_left + (top_right - top_left) * x_lerp.
+template <typename T>
+void ResizeImage(const T* in, int64_t in_w, int64_t c, float* out,
+                 const std::vector<Interpolation>& ys, const std::vector<Interpolation>& xs,
+                 std::vector<float>* scratch) {
   const int64_t in_row = in_w * c;
-  for (const Interpolation& y : ys) {
-    const T* top = in + y.lower * in_row;
-    const T* bottom = in + y.upper * in_row;
-    const float y_lerp = y.lerp;
-    for (int64_t x = 0; x < out_w; ++x) {
-      const int64_t left = xs[x].lower;
-      const int64_t right = xs[x].upper;
-      const float x_lerp = xs[x].lerp;
-      for (int64_t k = 0; k < c; ++k) {
-        const float top_left = static_cast<float>(top[left + k]);
-        const float top_right = static_cast<float>(top[right + k]);
-        const float bottom_left = static_cast<float>(bottom[left + k]);
-        const float bottom_right = static_cast<float>(bottom[right + k]);
-        const float top_value = top_left + (top_right - top_left) * x_lerp;
-        const float bottom_value = bottom_left + (bottom_right - bottom_left) * x_lerp;
-        out[k] = top_value + (bottom_value - top_value) * y_lerp;
-      }
-      out += c;
+  const int64_t out_row = static_cast<int64_t>(xs.size()) * c;
+  scratch->resize(in_row + 2 * out_row);
+  float* converted = scratch->data();
+  float* rows[2] = {converted + in_row, converted + in_row + out_row};
+  int64_t cached[2] = {-1, -1};  // input row offset held by rows[i]
+  auto horizontal = [&](int64_t offset, float* dst) {
+    const T* src = in + offset;
+    for (int64_t i = 0; i < in_row; ++i) converted[i] = static_cast<float>(src[i]);
+    switch (c) {
+      case 1: InterpolateRow<1>(converted, c, xs, dst); break;
+      case 3: InterpolateRow<3>(converted, c, xs, dst); break;
+      case 4: InterpolateRow<4>(converted, c, xs, dst); break;
+      default: InterpolateRow<0>(converted, c, xs, dst); break;
     }
+  };
+  for (const Interpolation& y : ys) {
+    const int64_t lower = y.lower * in_row, upper = y.upper * in_row;
+    if (cached[0] != lower) {
+      if (cached[1] == lower) {  // moved down one input row: the old bottom is the new top
+        std::swap(rows[0], rows[1]);
+        std::swap(cached[0], cached[1]);
+      } else {
+        horizontal(lower, rows[0]);
+        cached[0] = lower;
+      }
+    }
+    if (cached[1] != upper) {
+      if (upper == lower) {
+        std::memcpy(rows[1], rows[0], out_row * sizeof(float));
+      } else {
+        horizontal(upper, rows[1]);
+      }
+      cached[1] = upper;
+    }
+    const float* top = rows[0];
+    const float* bottom = rows[1];
+    const float y_lerp = y.lerp;
+    for (int64_t j = 0; j < out_row; ++j) out[j] = top[j] + (bottom[j] - top[j]) * y_lerp;
+    out += out_row;
   }
 }
 
@@ -315,15 +354,9 @@ void ResizeBatch(const Tensor& images, int64_t n, int64_t h, int64_t w, int64_t 
   const auto xs = InterpolationWeights(out_w, w, c);
   const T* in = images.data<T>();
   float* dst = out->data<float>();
+  std::vector<float> scratch;
   for (int64_t i = 0; i < n; ++i) {
-    const T* image = in + i * h * w * c;
-    float* out_image = dst + i * out_h * out_w * c;
-    switch (c) {
-      case 1: ResizeImage<T, 1>(image, h, w, c, out_image, ys, xs); break;
-      case 3: ResizeImage<T, 3>(image, h, w, c, out_image, ys, xs); break;
-      case 4: ResizeImage<T, 4>(image, h, w, c, out_image, ys, xs); break;
-      default: ResizeImage<T, 0>(image, h, w, c, out_image, ys, xs); break;
-    }
+    ResizeImage<T>(in + i * h * w * c, w, c, dst + i * out_h * out_w * c, ys, xs, &scratch);
   }
 }
 
@@ -482,24 +515,33 @@ absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> m
   };
   KILN_RETURN_IF_ERROR(check(mean, "mean"));
   KILN_RETURN_IF_ERROR(check(stddev, "stddev"));
-  std::vector<float> m(c), s(c);
-  for (int64_t k = 0; k < c; ++k) {
-    m[k] = mean.size() == 1 ? mean[0] : mean[k];
-    s[k] = stddev.size() == 1 ? stddev[0] : stddev[k];
+  // Per-channel constants repeated over a block of whole pixels, so that the inner loop runs
+  // over contiguous memory and vectorizes for any channel count.
+  const int64_t block = c == 0 ? 1 : c * std::max<int64_t>(1, 64 / c);
+  std::vector<float> m(block), s(block);
+  for (int64_t j = 0; j < block && c > 0; ++j) {
+    m[j] = mean.size() == 1 ? mean[0] : mean[j % c];
+    s[j] = stddev.size() == 1 ? stddev[0] : stddev[j % c];
   }
   const bool in_place = images.dtype() == DType::kFloat32 && images.buffer() &&
                         images.buffer().use_count() == 1;
   Tensor out = in_place ? images : Tensor(DType::kFloat32, images.shape());
-  const int64_t pixels = c == 0 ? 0 : images.num_elements() / c;
+  const int64_t n = c == 0 ? 0 : images.num_elements();
   float* dst = out.data<float>();
+  const float* mp = m.data();
+  const float* sp = s.data();
   VisitDType(images.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, std::string>) {
       const T* src = images.data<T>();
-      for (int64_t p = 0; p < pixels; ++p) {
-        for (int64_t k = 0; k < c; ++k) {
-          dst[p * c + k] = (ConvertValue<float>(src[p * c + k]) * scale - m[k]) / s[k];
+      int64_t i = 0;
+      for (; i + block <= n; i += block) {
+        for (int64_t j = 0; j < block; ++j) {
+          dst[i + j] = (ConvertValue<float>(src[i + j]) * scale - mp[j]) / sp[j];
         }
+      }
+      for (int64_t j = 0; i + j < n; ++j) {
+        dst[i + j] = (ConvertValue<float>(src[i + j]) * scale - mp[j]) / sp[j];
       }
     }
   });

@@ -1,3 +1,4 @@
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -143,6 +144,52 @@ TEST(ResizeTest, DownscaleAndBatchAndUint8) {
   EXPECT_FALSE(ResizeBilinear(Tensor::FromVector<float>({1, 2}), 2, 2).ok());
 }
 
+// TensorFlow's resize_bilinear written out directly (no separable passes, no row reuse).
+Tensor ReferenceResize(const Tensor& in, int64_t out_h, int64_t out_w) {
+  const int64_t h = in.dim(0), w = in.dim(1), c = in.dim(2);
+  Tensor out(DType::kFloat32, Shape{out_h, out_w, c});
+  auto weights = [](int64_t i, int64_t in_size, int64_t out_size, int64_t* lo, int64_t* hi,
+                    float* lerp) {
+    const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+    const float v = (static_cast<float>(i) + 0.5f) * scale - 0.5f;
+    *lo = std::max<int64_t>(static_cast<int64_t>(std::floor(v)), 0);
+    *hi = std::min<int64_t>(static_cast<int64_t>(std::ceil(v)), in_size - 1);
+    *lerp = v - std::floor(v);
+  };
+  const float* src = in.data<float>();
+  for (int64_t y = 0; y < out_h; ++y) {
+    int64_t y0, y1;
+    float yl;
+    weights(y, h, out_h, &y0, &y1, &yl);
+    for (int64_t x = 0; x < out_w; ++x) {
+      int64_t x0, x1;
+      float xl;
+      weights(x, w, out_w, &x0, &x1, &xl);
+      for (int64_t k = 0; k < c; ++k) {
+        const float tl = src[(y0 * w + x0) * c + k], tr = src[(y0 * w + x1) * c + k];
+        const float bl = src[(y1 * w + x0) * c + k], br = src[(y1 * w + x1) * c + k];
+        const float top = tl + (tr - tl) * xl, bottom = bl + (br - bl) * xl;
+        out.data<float>()[(y * out_w + x) * c + k] = top + (bottom - top) * yl;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(ResizeTest, MatchesDirectFormulaForManySizes) {
+  std::mt19937 rng(11);
+  for (auto [h, w, c, oh, ow] : std::vector<std::array<int64_t, 5>>{
+           {7, 5, 3, 224, 224}, {400, 500, 3, 224, 224}, {13, 17, 1, 5, 29},
+           {9, 9, 4, 9, 9}, {3, 11, 5, 8, 4}, {1, 1, 2, 3, 3}}) {
+    Tensor in(DType::kFloat32, Shape{h, w, c});
+    for (float& v : in.span<float>()) v = static_cast<float>(rng() % 256);
+    auto out = ResizeBilinear(in, oh, ow);
+    ASSERT_TRUE(out.ok());
+    EXPECT_TRUE(TensorsAllClose(*out, ReferenceResize(in, oh, ow), 1e-6, 1e-4))
+        << h << "x" << w << "x" << c << " -> " << oh << "x" << ow;
+  }
+}
+
 TEST(TransformTest, NormalizeCastOneHot) {
   Tensor pixels = Tensor::FromVector<uint8_t>({0, 255, 51, 102, 0, 255}, Shape{2, 3});
   auto normalized = Normalize(pixels, {0.f, 0.5f, 1.f}, {1.f, 0.5f, 2.f}, 1 / 255.f);
@@ -151,6 +198,19 @@ TEST(TransformTest, NormalizeCastOneHot) {
       *normalized, Tensor::FromVector<float>({0, 1, -0.4f, 0.4f, -1, 0}, Shape{2, 3}), 1e-5, 1e-6))
       << normalized->DebugString();
   EXPECT_FALSE(Normalize(pixels, {0, 0}, {1}).ok());
+  // Long enough for the blocked loop and its tail; float input normalized in place.
+  Tensor many(DType::kFloat32, Shape{101, 3});
+  for (int64_t i = 0; i < many.num_elements(); ++i) many.data<float>()[i] = static_cast<float>(i);
+  const Tensor expected_input = many.Clone();
+  const void* storage = many.raw_data();
+  auto in_place = Normalize(std::move(many), {1.f, 2.f, 3.f}, {2.f, 4.f, 8.f});
+  ASSERT_TRUE(in_place.ok());
+  EXPECT_EQ(in_place->raw_data(), storage);
+  for (int64_t i = 0; i < 303; ++i) {
+    const float mean = 1.f + i % 3, stddev = 2.f * (1 << (i % 3));
+    ASSERT_FLOAT_EQ(in_place->data<float>()[i],
+                    (expected_input.data<float>()[i] - mean) / stddev) << i;
+  }
 
   auto cast = Cast(Tensor::FromVector<float>({-1.7f, 0.f, 2.9f}), DType::kInt32);
   ASSERT_TRUE(cast.ok());

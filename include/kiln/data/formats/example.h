@@ -1,8 +1,9 @@
 // Parsing serialized tf.Example protos into tensors, as tf.io.parse_example and
 // tf.io.parse_single_example do. The wire format of Example/Features/Feature is decoded
 // directly (no protobuf message objects), which is several times faster than
-// ParseFromString + reading the maps, and accepts exactly what protobuf accepts for these
-// messages (packed and unpacked numbers, repeated and merged fields, last map entry wins).
+// ParseFromString + reading the maps. It accepts what protobuf accepts for these messages
+// (packed and unpacked numbers, repeated and merged fields, the last of duplicate map keys,
+// the last oneof member); features that the spec does not name are skipped unvalidated.
 //
 // Free of Dataset dependencies: the TF importer's ParseExample kernels and the server use it.
 #pragma once

@@ -21,7 +21,8 @@ struct JpegDecodeOptions {
 // uint8 [h, w, channels]. InvalidArgument "... is not a JPEG" for other bytes.
 absl::StatusOr<Tensor> DecodeJpeg(absl::string_view bytes, const JpegDecodeOptions& options = {});
 // uint8 [h, w, channels] (channels 0 = as stored: 1-4) or uint16 when dtype is kUInt16
-// (8-bit images are scaled by 257, as TensorFlow does).
+// (8-bit samples are widened by 257 so that 255 becomes 65535; 16-bit samples read as uint8
+// keep their high byte).
 absl::StatusOr<Tensor> DecodePng(absl::string_view bytes, int channels = 0,
                                  DType dtype = DType::kUInt8);
 // True when the bytes start like a JPEG or PNG file.
