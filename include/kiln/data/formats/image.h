@@ -15,7 +15,9 @@ namespace kiln::data::formats {
 
 struct JpegDecodeOptions {
   int channels = 0;  // 0: as stored (1 or 3), 1: grayscale, 3: RGB
-  bool fast_dct = false;  // tf.io.decode_jpeg(dct_method="INTEGER_FAST") when true
+  // The integer DCT libjpeg calls IFAST: TensorFlow's default (dct_method="" means
+  // "INTEGER_FAST"). false: the accurate ISLOW DCT (dct_method="INTEGER_ACCURATE").
+  bool fast_dct = true;
 };
 
 // uint8 [h, w, channels]. InvalidArgument "... is not a JPEG" for other bytes.
