@@ -1,0 +1,248 @@
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "import/tf/converter.h"
+#include "import/tf/tensor_proto.h"
+#include "kiln/core/status.h"
+
+namespace kiln::import::tf {
+
+int64_t OnnxDataType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 1;
+    case DType::kUInt8: return 2;
+    case DType::kInt8: return 3;
+    case DType::kUInt16: return 4;
+    case DType::kInt16: return 5;
+    case DType::kInt32: return 6;
+    case DType::kInt64: return 7;
+    case DType::kString: return 8;
+    case DType::kBool: return 9;
+    case DType::kFloat16: return 10;
+    case DType::kFloat64: return 11;
+    case DType::kUInt32: return 12;
+    case DType::kUInt64: return 13;
+    case DType::kBFloat16: return 16;
+    default: return 0;
+  }
+}
+
+absl::StatusOr<int> FlatOutputIndex(const tensorflow::NodeDef& node, const std::string& arg,
+                                    int index) {
+  auto attr_count = [&](const char* name) -> int {
+    auto it = node.attr().find(name);
+    if (it == node.attr().end()) return 0;
+    if (it->second.value_case() == tensorflow::AttrValue::kI) return static_cast<int>(it->second.i());
+    if (it->second.value_case() == tensorflow::AttrValue::kList) {
+      return std::max(it->second.list().type_size(), it->second.list().s_size());
+    }
+    return 0;
+  };
+  struct Arg {
+    const char* name;
+    int count;
+  };
+  std::vector<Arg> args;
+  const std::string& op = node.op();
+  if (op == "Switch" || op == "RefSwitch") {
+    args = {{"output_false", 1}, {"output_true", 1}};
+  } else if (op == "Merge" || op == "RefMerge") {
+    args = {{"output", 1}, {"value_index", 1}};
+  } else if (op == "FusedBatchNorm" || op == "FusedBatchNormV2" || op == "FusedBatchNormV3") {
+    args = {{"y", 1}, {"batch_mean", 1}, {"batch_variance", 1}, {"reserve_space_1", 1},
+            {"reserve_space_2", 1}, {"reserve_space_3", 1}};
+  } else if (op == "TopKV2" || op == "TopK") {
+    args = {{"values", 1}, {"indices", 1}};
+  } else if (op == "Unique") {
+    args = {{"y", 1}, {"idx", 1}};
+  } else if (op == "UniqueWithCounts") {
+    args = {{"y", 1}, {"idx", 1}, {"count", 1}};
+  } else if (op == "ParseExample") {
+    const int ns = attr_count("Nsparse");
+    args = {{"sparse_indices", ns}, {"sparse_values", ns}, {"sparse_shapes", ns},
+            {"dense_values", attr_count("Tdense")}};
+  } else if (op == "ParseSingleExample") {
+    const int ns = attr_count("num_sparse");
+    args = {{"sparse_indices", ns}, {"sparse_values", ns}, {"sparse_shapes", ns},
+            {"dense_values", attr_count("Tdense")}};
+  } else if (op == "ParseExampleV2") {
+    const int ns = attr_count("num_sparse");
+    args = {{"sparse_indices", ns},
+            {"sparse_values", ns},
+            {"sparse_shapes", ns},
+            {"dense_values", attr_count("Tdense")},
+            {"ragged_values", attr_count("ragged_value_types")},
+            {"ragged_row_splits", attr_count("ragged_split_types")}};
+  } else if (op == "SparseFillEmptyRows") {
+    args = {{"output_indices", 1}, {"output_values", 1}, {"empty_row_indicator", 1},
+            {"reverse_index_map", 1}};
+  } else if (op == "SparseReshape") {
+    args = {{"output_indices", 1}, {"output_shape", 1}};
+  } else if (op == "BroadcastGradientArgs") {
+    args = {{"r0", 1}, {"r1", 1}};
+  } else if (op == "StringSplit" || op == "StringSplitV2") {
+    args = {{"indices", 1}, {"values", 1}, {"shape", 1}};
+  } else if (op == "LookupTableExportV2") {
+    args = {{"keys", 1}, {"values", 1}};
+  } else {
+    return 0;  // one output argument (possibly a list): the index counts within it
+  }
+  int offset = 0;
+  for (const Arg& a : args) {
+    if (arg == a.name) return offset;
+    offset += a.count;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("op ", op, " (node '", node.name(),
+                                                 "') has no output argument '", arg, "'"));
+}
+
+OpContext::OpContext(Converter* converter, Scope* scope, const tensorflow::NodeDef& node,
+                     std::vector<TfValue> inputs)
+    : converter_(converter), scope_(scope), node_(node), inputs_(std::move(inputs)) {}
+
+absl::Status OpContext::Error(absl::string_view message) const {
+  return absl::InvalidArgumentError(absl::StrCat(DescribeNode(scope_, node_), ": ", message));
+}
+
+absl::Status OpContext::Unsupported(absl::string_view what) const {
+  return absl::UnimplementedError(absl::StrCat(DescribeNode(scope_, node_), ": ", what,
+                                               " is not supported"));
+}
+
+bool OpContext::HasAttr(const std::string& name) const { return node_.attr().count(name) > 0; }
+
+absl::StatusOr<int64_t> OpContext::AttrInt(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return Error(absl::StrCat("missing attribute '", name, "'"));
+  return it->second.i();
+}
+int64_t OpContext::AttrInt(const std::string& name, int64_t default_value) const {
+  auto it = node_.attr().find(name);
+  return it == node_.attr().end() ? default_value : it->second.i();
+}
+float OpContext::AttrFloat(const std::string& name, float default_value) const {
+  auto it = node_.attr().find(name);
+  return it == node_.attr().end() ? default_value : it->second.f();
+}
+bool OpContext::AttrBool(const std::string& name, bool default_value) const {
+  auto it = node_.attr().find(name);
+  return it == node_.attr().end() ? default_value : it->second.b();
+}
+std::string OpContext::AttrString(const std::string& name,
+                                  const std::string& default_value) const {
+  auto it = node_.attr().find(name);
+  return it == node_.attr().end() ? default_value : it->second.s();
+}
+std::vector<int64_t> OpContext::AttrInts(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return {};
+  return {it->second.list().i().begin(), it->second.list().i().end()};
+}
+std::vector<float> OpContext::AttrFloats(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return {};
+  return {it->second.list().f().begin(), it->second.list().f().end()};
+}
+std::vector<std::string> OpContext::AttrStrings(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return {};
+  return {it->second.list().s().begin(), it->second.list().s().end()};
+}
+absl::StatusOr<DType> OpContext::AttrType(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return Error(absl::StrCat("missing attribute '", name, "'"));
+  auto dtype = FromTfDataType(it->second.type());
+  if (!dtype.ok()) return Annotate(dtype.status(), DescribeNode(scope_, node_));
+  return dtype;
+}
+std::vector<int> OpContext::AttrTypeList(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  if (it == node_.attr().end()) return {};
+  return {it->second.list().type().begin(), it->second.list().type().end()};
+}
+std::string OpContext::AttrFunction(const std::string& name) const {
+  auto it = node_.attr().find(name);
+  return it == node_.attr().end() ? std::string() : it->second.func().name();
+}
+
+ir::Graph& OpContext::graph() { return *scope_->frame->graph; }
+
+const Tensor* OpContext::ConstInput(int i) const {
+  if (i >= num_inputs() || inputs_[i].id == ir::kNoValue) return nullptr;
+  const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
+  return v.constant.has_value() ? &*v.constant : nullptr;
+}
+
+absl::StatusOr<std::vector<int64_t>> OpContext::ConstInts(int i) const {
+  const Tensor* t = ConstInput(i);
+  if (t == nullptr) {
+    return Unsupported(absl::StrCat("a non-constant input ", i));
+  }
+  std::vector<int64_t> out;
+  switch (t->dtype()) {
+    case DType::kInt32:
+      for (int32_t v : t->span<int32_t>()) out.push_back(v);
+      break;
+    case DType::kInt64:
+      for (int64_t v : t->span<int64_t>()) out.push_back(v);
+      break;
+    default:
+      return Error(absl::StrCat("input ", i, " must be int32 or int64, is ",
+                                DTypeName(t->dtype())));
+  }
+  return out;
+}
+
+int OpContext::InputRank(int i) const {
+  if (i >= num_inputs() || inputs_[i].id == ir::kNoValue) return -1;
+  const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
+  if (v.constant.has_value()) return v.constant->rank();
+  if (v.type.rank_known) return v.type.rank();
+  return -1;
+}
+
+ir::ValueId OpContext::Const(Tensor t, absl::string_view hint) {
+  return graph().AddConstant(converter_->UniqueName(absl::StrCat(node_.name(), "/", hint)),
+                             std::move(t));
+}
+
+std::vector<ir::ValueId> OpContext::EmitN(const std::string& op, std::vector<ir::ValueId> inputs,
+                                          int num_outputs,
+                                          std::map<std::string, ir::Attribute> attrs,
+                                          const std::string& domain) {
+  return converter_->AddIrNode(graph(), op, std::move(inputs), num_outputs, std::move(attrs),
+                               scope_->prefix + node_.name(), domain);
+}
+
+ir::ValueId OpContext::CastTo(ir::ValueId v, DType dtype) {
+  const ir::Value& value = graph().value(v);
+  if (value.type.dtype == dtype) return v;
+  if (value.constant.has_value() && value.constant->dtype() == dtype) return v;
+  return Emit("Cast", {v}, {{"to", OnnxDataType(dtype)}});
+}
+
+ir::ValueId OpContext::ToInt64(ir::ValueId v) {
+  const ir::Value& value = graph().value(v);
+  if (value.constant.has_value()) {
+    const Tensor& t = *value.constant;
+    if (t.dtype() == DType::kInt64) return v;
+    if (t.dtype() == DType::kInt32) {
+      Tensor out(DType::kInt64, t.shape());
+      const int32_t* in = t.data<int32_t>();
+      int64_t* o = out.data<int64_t>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) o[i] = in[i];
+      return Const(out, "i64");
+    }
+  }
+  return CastTo(v, DType::kInt64);
+}
+
+void OpContext::SetOutputs(std::vector<ir::ValueId> ids) {
+  outputs_.clear();
+  for (ir::ValueId id : ids) {
+    TfValue v;
+    v.id = id;
+    outputs_.push_back(v);
+  }
+}
+
+}  // namespace kiln::import::tf

@@ -1,0 +1,249 @@
+#include "import/tf/table_reader.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "import/tf/crc32c.h"
+#include "kiln/core/status.h"
+
+namespace kiln::import::tf {
+namespace {
+
+constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ull;
+constexpr size_t kFooterSize = 48;
+constexpr size_t kBlockTrailerSize = 5;  // compression type byte + masked CRC32C
+
+bool GetVarint64(absl::string_view* in, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>((*in)[0]);
+    in->remove_prefix(1);
+    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+void PutVarint64(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+uint32_t DecodeFixed32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void PutFixed32(std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
+
+struct BlockHandle {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+bool DecodeBlockHandle(absl::string_view* in, BlockHandle* handle) {
+  return GetVarint64(in, &handle->offset) && GetVarint64(in, &handle->size);
+}
+
+class TableParser {
+ public:
+  TableParser(absl::string_view contents, absl::string_view file_name)
+      : contents_(contents), file_name_(file_name) {}
+
+  absl::Status Error(absl::string_view what, uint64_t offset) const {
+    return absl::DataLossError(
+        absl::StrCat(file_name_, ": corrupt table at offset ", offset, ": ", what));
+  }
+
+  // The block's contents (without trailer), after checking its CRC and compression type.
+  absl::StatusOr<absl::string_view> ReadBlock(const BlockHandle& handle) const {
+    if (handle.offset > contents_.size() ||
+        handle.size + kBlockTrailerSize > contents_.size() - handle.offset) {
+      return Error(absl::StrCat("block of ", handle.size, " bytes runs past the end of the file"),
+                   handle.offset);
+    }
+    absl::string_view block = contents_.substr(handle.offset, handle.size);
+    const char* trailer = contents_.data() + handle.offset + handle.size;
+    const uint8_t type = static_cast<uint8_t>(trailer[0]);
+    const uint32_t stored = UnmaskCrc32c(DecodeFixed32(trailer + 1));
+    const uint32_t actual = Crc32cExtend(Crc32c(block.data(), block.size()), trailer, 1);
+    if (stored != actual) return Error("block checksum mismatch", handle.offset);
+    if (type != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          file_name_, ": block at offset ", handle.offset, " is compressed (type ", type,
+          type == 1 ? ", snappy" : "", "); only uncompressed tables, as TensorFlow writes, are "
+          "supported"));
+    }
+    return block;
+  }
+
+  // Appends every entry of `block` (read at `offset`) to `entries`.
+  absl::Status ParseBlock(absl::string_view block, uint64_t offset,
+                          std::vector<std::pair<std::string, std::string>>* entries) const {
+    if (block.size() < 4) return Error("block shorter than its restart count", offset);
+    const uint32_t num_restarts = DecodeFixed32(block.data() + block.size() - 4);
+    if (num_restarts > (block.size() - 4) / 4) {
+      return Error(absl::StrCat("restart count ", num_restarts, " too large"), offset);
+    }
+    const size_t data_end = block.size() - 4 - 4 * static_cast<size_t>(num_restarts);
+    absl::string_view in = block.substr(0, data_end);
+    std::string key;
+    while (!in.empty()) {
+      const uint64_t entry_offset = offset + (data_end - in.size());
+      uint64_t shared, non_shared, value_length;
+      if (!GetVarint64(&in, &shared) || !GetVarint64(&in, &non_shared) ||
+          !GetVarint64(&in, &value_length)) {
+        return Error("bad entry header", entry_offset);
+      }
+      if (shared > key.size()) return Error("shared key prefix longer than previous key",
+                                            entry_offset);
+      if (non_shared > in.size() || value_length > in.size() - non_shared) {
+        return Error("entry runs past the end of its block", entry_offset);
+      }
+      key.resize(shared);
+      key.append(in.data(), non_shared);
+      in.remove_prefix(non_shared);
+      entries->emplace_back(key, std::string(in.substr(0, value_length)));
+      in.remove_prefix(value_length);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::map<std::string, std::string>> Parse() const {
+    if (contents_.size() < kFooterSize) {
+      return Error(absl::StrCat("file of ", contents_.size(),
+                                " bytes is shorter than the 48-byte table footer"),
+                   0);
+    }
+    const size_t footer_offset = contents_.size() - kFooterSize;
+    absl::string_view footer = contents_.substr(footer_offset);
+    uint64_t magic;
+    std::memcpy(&magic, footer.data() + 40, 8);
+    if (magic != kTableMagic) return Error("bad magic number (not a LevelDB table)",
+                                           footer_offset + 40);
+    BlockHandle metaindex, index;
+    absl::string_view handles = footer.substr(0, 40);
+    if (!DecodeBlockHandle(&handles, &metaindex) || !DecodeBlockHandle(&handles, &index)) {
+      return Error("bad block handles in footer", footer_offset);
+    }
+    KILN_ASSIGN_OR_RETURN(absl::string_view index_block, ReadBlock(index));
+    std::vector<std::pair<std::string, std::string>> index_entries;
+    KILN_RETURN_IF_ERROR(ParseBlock(index_block, index.offset, &index_entries));
+    std::map<std::string, std::string> result;
+    for (const auto& [last_key, handle_bytes] : index_entries) {
+      absl::string_view hb = handle_bytes;
+      BlockHandle data;
+      if (!DecodeBlockHandle(&hb, &data)) return Error("bad block handle in index", index.offset);
+      KILN_ASSIGN_OR_RETURN(absl::string_view block, ReadBlock(data));
+      std::vector<std::pair<std::string, std::string>> entries;
+      KILN_RETURN_IF_ERROR(ParseBlock(block, data.offset, &entries));
+      for (auto& [k, v] : entries) result[std::move(k)] = std::move(v);
+    }
+    return result;
+  }
+
+ private:
+  absl::string_view contents_;
+  absl::string_view file_name_;
+};
+
+class BlockBuilder {
+ public:
+  explicit BlockBuilder(int restart_interval) : restart_interval_(restart_interval) {}
+  void Add(const std::string& key, const std::string& value) {
+    size_t shared = 0;
+    if (counter_ < restart_interval_) {
+      while (shared < last_key_.size() && shared < key.size() && last_key_[shared] == key[shared])
+        ++shared;
+    } else {
+      restarts_.push_back(static_cast<uint32_t>(buffer_.size()));
+      counter_ = 0;
+    }
+    PutVarint64(&buffer_, shared);
+    PutVarint64(&buffer_, key.size() - shared);
+    PutVarint64(&buffer_, value.size());
+    buffer_.append(key, shared, std::string::npos);
+    buffer_.append(value);
+    last_key_ = key;
+    ++counter_;
+  }
+  std::string Finish() {
+    std::string out = buffer_;
+    for (uint32_t r : restarts_) PutFixed32(&out, r);
+    PutFixed32(&out, static_cast<uint32_t>(restarts_.size()));
+    return out;
+  }
+  size_t size() const { return buffer_.size(); }
+  bool empty() const { return buffer_.empty(); }
+  const std::string& last_key() const { return last_key_; }
+
+ private:
+  int restart_interval_;
+  std::string buffer_;
+  std::vector<uint32_t> restarts_{0};
+  int counter_ = 0;
+  std::string last_key_;
+};
+
+void AppendBlock(std::string* file, const std::string& block, BlockHandle* handle) {
+  handle->offset = file->size();
+  handle->size = block.size();
+  file->append(block);
+  const char type = 0;
+  file->push_back(type);
+  PutFixed32(file, MaskCrc32c(Crc32cExtend(Crc32c(block.data(), block.size()), &type, 1)));
+}
+
+void PutBlockHandle(std::string* out, const BlockHandle& h) {
+  PutVarint64(out, h.offset);
+  PutVarint64(out, h.size);
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> ReadLevelDbTable(absl::string_view contents,
+                                                                     absl::string_view file_name) {
+  return TableParser(contents, file_name).Parse();
+}
+
+std::string WriteLevelDbTable(const std::map<std::string, std::string>& entries,
+                              int restart_interval, size_t block_size) {
+  std::string file;
+  BlockBuilder index(1);
+  BlockBuilder data(restart_interval);
+  auto flush = [&] {
+    if (data.empty()) return;
+    BlockHandle h;
+    AppendBlock(&file, data.Finish(), &h);
+    std::string handle;
+    PutBlockHandle(&handle, h);
+    index.Add(data.last_key(), handle);
+    data = BlockBuilder(restart_interval);
+  };
+  for (const auto& [k, v] : entries) {
+    data.Add(k, v);
+    if (data.size() >= block_size) flush();
+  }
+  flush();
+  BlockHandle metaindex_handle, index_handle;
+  AppendBlock(&file, BlockBuilder(restart_interval).Finish(), &metaindex_handle);
+  AppendBlock(&file, index.Finish(), &index_handle);
+  std::string footer;
+  PutBlockHandle(&footer, metaindex_handle);
+  PutBlockHandle(&footer, index_handle);
+  footer.resize(40, '\0');
+  const uint64_t magic = kTableMagic;
+  footer.append(reinterpret_cast<const char*>(&magic), 8);
+  file += footer;
+  return file;
+}
+
+}  // namespace kiln::import::tf

@@ -1,0 +1,179 @@
+// SavedModel loading on TensorFlow Serving's own test models and on real exports.
+#include "kiln/import/saved_model.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "import/tf/tensor_bundle.h"
+#include "test_util.h"
+#include "tf_graph_builder.h"
+#include "tensorflow/core/example/example.pb.h"
+
+namespace kiln::import::tf {
+namespace {
+
+using testing::FindSignature;
+using testing::ModelsDir;
+using testing::RunSignature;
+using testing::TfServingDir;
+
+std::string Example(const std::map<std::string, std::vector<float>>& floats,
+                    const std::map<std::string, std::vector<std::string>>& bytes = {}) {
+  tensorflow::Example example;
+  auto* features = example.mutable_features()->mutable_feature();
+  for (const auto& [k, v] : floats) {
+    for (float f : v) (*features)[k].mutable_float_list()->add_value(f);
+  }
+  for (const auto& [k, v] : bytes) {
+    for (const auto& s : v) (*features)[k].mutable_bytes_list()->add_value(s);
+  }
+  return example.SerializeAsString();
+}
+
+Tensor Strings(const std::vector<std::string>& v) {
+  Tensor t(DType::kString, Shape{static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<std::string>()[i] = v[i];
+  return t;
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
+}
+
+const char* kHalfPlusTwoVariants[] = {
+    "saved_model_half_plus_two_cpu/00000123",
+    "saved_model_half_plus_two_gpu/00000123",
+    "saved_model_half_plus_two_mkl/00000123",
+    "saved_model_half_plus_two_mlmd/00000123",
+    "saved_model_half_plus_two_cpu_with_saved_model_config/00000123",
+    "saved_model_half_plus_two_cpu_with_empty_saved_model_config/00000123",
+    "saved_model_half_plus_two_2_versions/00000123",
+    "saved_model_half_plus_two_2_versions/00000124",
+    "saved_model_half_plus_two_tf2_cpu/00000123",
+};
+
+TEST(SavedModelTest, EveryTfServingModelLoadsOrFailsClearly) {
+  namespace fs = std::filesystem;
+  int loaded = 0;
+  for (const auto& model_dir : fs::directory_iterator(TfServingDir(""))) {
+    if (!model_dir.is_directory()) continue;
+    for (const auto& version : fs::directory_iterator(model_dir.path())) {
+      const std::string dir = version.path().string();
+      if (!IsSavedModelDir(dir)) continue;
+      auto model = ImportSavedModel(dir);
+      ASSERT_TRUE(model.ok()) << dir << ": " << model.status();
+      EXPECT_EQ(model->platform, "tensorflow");
+      EXPECT_FALSE(model->signatures.empty()) << dir;
+      for (const auto& sig : model->signatures) {
+        EXPECT_TRUE(ir::Verify(sig.graph).ok()) << dir << " " << sig.key;
+        EXPECT_EQ(sig.graph.inputs.size(), sig.input_keys.size());
+        EXPECT_EQ(sig.graph.outputs.size(), sig.output_keys.size());
+      }
+      ++loaded;
+    }
+  }
+  EXPECT_GE(loaded, 10);
+  auto bad = ImportSavedModel(TfServingDir("bad_half_plus_two/00000123"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "export.meta")) << bad.status();
+}
+
+TEST(SavedModelTest, HalfPlusTwoPredictAllVariantsAgree) {
+  for (const char* variant : kHalfPlusTwoVariants) {
+    auto model = ImportSavedModel(TfServingDir(variant));
+    ASSERT_TRUE(model.ok()) << variant << ": " << model.status();
+    const SignatureGraph* sig = FindSignature(*model, "serving_default");
+    ASSERT_NE(sig, nullptr) << variant;
+    ASSERT_EQ(sig->input_keys.size(), 1u);
+    EXPECT_EQ(sig->inputs.at(sig->input_keys[0]).dtype, DType::kFloat32);
+    // TF Serving feeds a [3] tensor to the [-1, 1] input; TensorFlow accepts it.
+    auto out = RunSignature(*sig, {Tensor::FromVector<float>({1.f, 2.f, 5.f})});
+    ASSERT_TRUE(out.ok()) << variant << ": " << out.status();
+    const bool tf2_declares_one = absl::StrContains(variant, "tf2");
+    (void)tf2_declares_one;
+    EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{2.5f, 3.f, 4.5f})) << variant;
+  }
+}
+
+TEST(SavedModelTest, HalfPlusThreePredict) {
+  auto model = ImportSavedModel(TfServingDir("saved_model_half_plus_three/00000123"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const SignatureGraph* sig = FindSignature(*model, "serving_default");
+  ASSERT_NE(sig, nullptr);
+  auto out = RunSignature(*sig, {Tensor::FromVector<float>({1.f, 2.f, 5.f})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{3.5f, 4.f, 5.5f}));
+}
+
+TEST(SavedModelTest, HalfPlusTwoRegressAndClassifyParseExamples) {
+  for (const char* variant : kHalfPlusTwoVariants) {
+    if (absl::StrContains(variant, "tf2")) continue;  // the TF2 variant has predict only
+    auto model = ImportSavedModel(TfServingDir(variant));
+    ASSERT_TRUE(model.ok()) << model.status();
+    const Tensor examples = Strings({Example({{"x", {1.f}}}), Example({{"x", {2.f}}, {"x2", {4.f}}}),
+                                     Example({{"x", {5.f}}})});
+    struct Case {
+      const char* signature;
+      std::vector<float> expected;
+    };
+    for (const Case& c : {Case{"regress_x_to_y", {2.5f, 3.f, 4.5f}},
+                          Case{"regress_x_to_y2", {3.5f, 4.f, 5.5f}},
+                          Case{"regress_x2_to_y3", {3.f, 5.f, 3.f}},
+                          Case{"classify_x_to_y", {2.5f, 3.f, 4.5f}}}) {
+      const SignatureGraph* sig = FindSignature(*model, c.signature);
+      ASSERT_NE(sig, nullptr) << variant << " " << c.signature;
+      auto out = RunSignature(*sig, {examples});
+      ASSERT_TRUE(out.ok()) << variant << " " << c.signature << ": " << out.status();
+      std::vector<float> got = Floats((*out)[0]);
+      EXPECT_EQ(got, c.expected) << variant << " " << c.signature;
+    }
+  }
+}
+
+TEST(SavedModelTest, UnknownTagSetNamesTheAvailableOnes) {
+  auto model = ImportSavedModel(TfServingDir("saved_model_half_plus_two_cpu/00000123"), {"train"});
+  ASSERT_FALSE(model.ok());
+  EXPECT_TRUE(absl::StrContains(model.status().message(), "{serve}")) << model.status();
+  EXPECT_TRUE(absl::StrContains(model.status().message(), "{train}")) << model.status();
+}
+
+TEST(SavedModelTest, DescribeListsSignaturesLikeSavedModelCli) {
+  auto summary = DescribeSavedModel(TfServingDir("saved_model_half_plus_two_cpu/00000123"));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const std::string text = FormatSavedModelSummary(*summary);
+  EXPECT_TRUE(absl::StrContains(text, "MetaGraphDef with tag-set: 'serve'")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "signature_def['serving_default']")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "dtype: DT_FLOAT")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "Method name is: tensorflow/serving/regress")) << text;
+}
+
+TEST(SavedModelTest, CorruptAndTruncatedSavedModelsFailClearly) {
+  const std::string src = TfServingDir("saved_model_half_plus_two_cpu/00000123");
+  auto bytes = ReadFileToString(src + "/saved_model.pb");
+  ASSERT_TRUE(bytes.ok());
+  const std::string dir = testing::TempDir("corrupt");
+  std::filesystem::create_directories(dir + "/variables");
+  std::filesystem::copy(src + "/variables", dir + "/variables",
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::overwrite_existing);
+  for (size_t cut : {size_t{0}, size_t{1}, bytes->size() / 3, bytes->size() - 1}) {
+    ASSERT_TRUE(WriteStringToFile(dir + "/saved_model.pb", bytes->substr(0, cut)).ok());
+    auto model = ImportSavedModel(dir);
+    // A truncated proto may still parse (as fewer fields); it must never crash, and a model
+    // without its MetaGraph or signatures is an error.
+    if (!model.ok()) {
+      EXPECT_FALSE(model.status().message().empty());
+    }
+  }
+  ASSERT_TRUE(WriteStringToFile(dir + "/saved_model.pb", *bytes).ok());
+  std::filesystem::remove(dir + "/variables/variables.data-00000-of-00001");
+  auto missing = ImportSavedModel(dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "data-00000-of-00001"))
+      << missing.status();
+}
+
+}  // namespace
+}  // namespace kiln::import::tf
