@@ -91,12 +91,29 @@ class Session : public std::enable_shared_from_this<Session> {
     http::async_write(stream_, *message,
                       [self, message, keep_alive, counted](beast::error_code error, size_t) {
                         if (counted) self->server_->in_flight.fetch_sub(1);
+                        if (!error && !keep_alive && !counted) {
+                          // An early error answer: read what the client still sends, so that
+                          // closing with unread bytes (a TCP reset) does not destroy the
+                          // answer before the client reads it.
+                          self->Close();
+                          self->Drain();
+                          return;
+                        }
                         if (error || !keep_alive) {
                           self->Close();
                           return;
                         }
                         self->Read();
                       });
+  }
+
+  void Drain() {
+    stream_.expires_after(std::chrono::seconds(2));
+    drain_buffer_.resize(64 * 1024);
+    stream_.async_read_some(net::buffer(drain_buffer_),
+                            [self = shared_from_this()](beast::error_code error, size_t) {
+                              if (!error) self->Drain();
+                            });
   }
 
   void Close() {
@@ -108,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   HttpServer::Impl* server_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::vector<char> drain_buffer_;
 };
 
 }  // namespace

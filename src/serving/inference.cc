@@ -318,8 +318,11 @@ absl::Status WarmupPredict(const ServableVersion& servable,
 
 }  // namespace
 
-absl::Status RunWarmup(const ServableVersion& servable, int iterations) {
-  const std::string& dir = servable.model().assets_extra_dir();
+absl::Status RunWarmup(const ServableVersion& servable, int iterations,
+                       const std::string& fallback_dir) {
+  const std::string dir = servable.model().assets_extra_dir().empty()
+                              ? fallback_dir
+                              : servable.model().assets_extra_dir();
   if (dir.empty()) return absl::OkStatus();
   const std::string path = (std::filesystem::path(dir) / kWarmupFileName).string();
   std::error_code error;

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
 #include "kiln/serving/inference.h"

@@ -454,7 +454,8 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   }
   if (options_.enable_model_warmup) {
     const int64_t warmup_start_ns = NowNanos();
-    KILN_RETURN_IF_ERROR(Annotate(RunWarmup(*servable, options_.num_warmup_iterations),
+    KILN_RETURN_IF_ERROR(Annotate(RunWarmup(*servable, options_.num_warmup_iterations,
+                                            (fs::path(version_dir) / "assets.extra").string()),
                                   absl::StrCat("warmup of ", path)));
     if (metrics != nullptr) {
       metrics->model_warmup_latency.Observe({path}, (NowNanos() - warmup_start_ns) / 1e3);

@@ -49,8 +49,11 @@ absl::StatusOr<tensorflow::serving::MultiInferenceResponse> RunMultiInference(
     const ServableVersion& servable, const tensorflow::serving::MultiInferenceRequest& request);
 
 // Replays assets.extra/tf_serving_warmup_requests (a TFRecord of PredictionLog) against a
-// version that is not yet available. OK when the model has no warmup file.
-absl::Status RunWarmup(const ServableVersion& servable, int iterations);
+// version that is not yet available. OK when the model has no warmup file. The file is looked
+// up in the model's assets.extra folder, else in `fallback_dir` (the version folder's
+// assets.extra, where ONNX models in TF Serving's layout keep it).
+absl::Status RunWarmup(const ServableVersion& servable, int iterations,
+                       const std::string& fallback_dir = "");
 
 inline constexpr char kWarmupFileName[] = "tf_serving_warmup_requests";
 inline constexpr int kMaxWarmupRecords = 1000;

@@ -1,0 +1,245 @@
+// ServerCore and the REST handler in-process, on the example ONNX models loaded by the real
+// runtime: predict forms, status and metadata JSON, version transitions, failed loads, labels,
+// batching.
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/serving/inference.h"
+#include "kiln/serving/rest_handler.h"
+#include "kiln/serving/server_core.h"
+#include "kiln/data/formats/tfrecord.h"
+#include "kiln/serving/tensor_proto.h"
+#include "tensorflow_serving/apis/prediction_log.pb.h"
+
+namespace kiln::serving {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const std::string kHalfPlusTwo =
+    std::string(KILN_SOURCE_DIR) + "/examples/models/half_plus_two/1/model.onnx";
+
+std::string TempDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kiln_core_test_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void AddVersion(const std::string& base, int version, const std::string& model_file) {
+  const fs::path dir = fs::path(base) / std::to_string(version);
+  fs::create_directories(dir);
+  fs::copy_file(model_file, dir / "model.onnx", fs::copy_options::overwrite_existing);
+}
+
+tensorflow::serving::ModelServerConfig OnnxConfig(const std::string& name,
+                                                  const std::string& base) {
+  auto config = SingleModelConfig(name, base);
+  config.mutable_model_config_list()->mutable_config(0)->set_model_platform("onnx");
+  return config;
+}
+
+HttpResponse Call(const RestHandler& handler, const std::string& method,
+                  const std::string& target, const std::string& body = "") {
+  return handler.Handle(HttpRequest{method, target, body});
+}
+
+ServerCoreOptions NoPolling(ServingMetrics* metrics) {
+  ServerCoreOptions options;
+  options.file_system_poll_wait_seconds = 0;  // tests poll by hand
+  options.metrics = metrics;
+  return options;
+}
+
+TEST(ServerCoreTest, PredictInBothFormsAndStatus) {
+  const std::string base = TempDir("predict");
+  AddVersion(base, 1, kHalfPlusTwo);
+  ServingMetrics metrics;
+  auto core = ServerCore::Create(NoPolling(&metrics), OnnxConfig("half_plus_two", base));
+  ASSERT_TRUE(core.ok()) << core.status();
+  RestHandler handler(core->get(), &metrics, "/metrics");
+
+  HttpResponse row = Call(handler, "POST", "/v1/models/half_plus_two:predict",
+                          R"({"instances": [[1.0], [2.0], [5.0]]})");
+  EXPECT_EQ(row.status, 200) << row.body;
+  EXPECT_EQ(row.body, R"({"predictions": [[2.5], [3.0], [4.5]]})");
+  HttpResponse columnar = Call(handler, "POST", "/v1/models/half_plus_two/versions/1:predict",
+                               R"({"signature_name": "serving_default", "inputs": {"x": [[1]]}})");
+  EXPECT_EQ(columnar.body, R"({"outputs": [[2.5]]})");
+
+  HttpResponse status = Call(handler, "GET", "/v1/models/half_plus_two");
+  EXPECT_EQ(status.status, 200);
+  EXPECT_EQ(status.body,
+            "{\n \"model_version_status\": [\n  {\n   \"version\": \"1\",\n   \"state\": "
+            "\"AVAILABLE\",\n   \"status\": {\n    \"error_code\": \"OK\",\n    "
+            "\"error_message\": \"\"\n   }\n  }\n ]\n}\n");
+  HttpResponse metadata = Call(handler, "GET", "/v1/models/half_plus_two/versions/1/metadata");
+  EXPECT_EQ(metadata.status, 200);
+  EXPECT_THAT(metadata.body, HasSubstr("\"serving_default\": {"));
+  EXPECT_THAT(metadata.body, HasSubstr("\"dtype\": \"DT_FLOAT\""));
+
+  HttpResponse bad_signature = Call(handler, "POST", "/v1/models/half_plus_two:predict",
+                                    R"({"signature_name": "nope", "instances": [[1.0]]})");
+  EXPECT_EQ(bad_signature.status, 400);
+  EXPECT_EQ(bad_signature.body, R"({ "error": "Serving signature key \"nope\" not found." })");
+  HttpResponse bad_dtype = Call(handler, "POST", "/v1/models/half_plus_two:predict",
+                                R"({"instances": [["a"]]})");
+  EXPECT_EQ(bad_dtype.status, 400);
+  HttpResponse extra = Call(handler, "POST", "/v1/models/half_plus_two:predict",
+                            R"({"inputs": {"x": [[1.0]], "z": [1]}})");
+  EXPECT_EQ(extra.status, 400);
+  HttpResponse not_json = Call(handler, "POST", "/v1/models/half_plus_two:predict", "{");
+  EXPECT_EQ(not_json.status, 400);
+  HttpResponse classify = Call(handler, "POST", "/v1/models/half_plus_two:classify",
+                               R"({"examples": [{"x": 1.0}]})");
+  EXPECT_EQ(classify.status, 400);
+  EXPECT_THAT(classify.body, HasSubstr("classification"));
+
+  HttpResponse v2 = Call(handler, "POST", "/v2/models/half_plus_two/infer",
+                         R"({"inputs": [{"name": "x", "shape": [2, 1], "datatype": "FP32",
+                              "data": [1, 2]}]})");
+  EXPECT_EQ(v2.status, 200) << v2.body;
+  EXPECT_EQ(v2.body, R"({"model_name": "half_plus_two", "model_version": "1", "outputs": )"
+                     R"([{"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [2.5, 3.0]}]})");
+  EXPECT_EQ(Call(handler, "GET", "/v2/models/half_plus_two/ready").status, 200);
+  EXPECT_EQ(Call(handler, "GET", "/v2/health/ready").status, 200);
+
+  HttpResponse prometheus = Call(handler, "GET", "/metrics");
+  EXPECT_THAT(prometheus.body, HasSubstr(":tensorflow:serving:request_count{model_name=\"half_"
+                                         "plus_two\",status=\"OK\"} 3"));
+}
+
+TEST(ServerCoreTest, NewVersionReplacesOldAndFailedVersionKeepsOldServing) {
+  const std::string base = TempDir("versions");
+  AddVersion(base, 1, kHalfPlusTwo);
+  auto core = ServerCore::Create(NoPolling(nullptr), OnnxConfig("m", base));
+  ASSERT_TRUE(core.ok()) << core.status();
+  auto first = (*core)->Lookup({"m"});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ((*first)->version(), 1);
+
+  AddVersion(base, 2, kHalfPlusTwo);
+  (*core)->PollNow();
+  auto second = (*core)->Lookup({"m"});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)->version(), 2);
+  auto statuses = (*core)->GetStatus("m", std::nullopt);
+  ASSERT_TRUE(statuses.ok());
+  ASSERT_EQ(statuses->size(), 2u);
+  EXPECT_EQ((*statuses)[0].state, tensorflow::serving::ModelVersionStatus::END);
+  EXPECT_EQ((*statuses)[1].state, tensorflow::serving::ModelVersionStatus::AVAILABLE);
+  // The request that looked up version 1 still holds it.
+  EXPECT_EQ((*first)->version(), 1);
+
+  const fs::path broken = fs::path(base) / "3";
+  fs::create_directories(broken);
+  std::ofstream(broken / "model.onnx") << "not a model";
+  (*core)->PollNow();
+  auto still = (*core)->Lookup({"m"});
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ((*still)->version(), 2);
+  auto failed = (*core)->GetStatus("m", 3);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ((*failed)[0].state, tensorflow::serving::ModelVersionStatus::END);
+  EXPECT_FALSE((*failed)[0].status.ok());
+  auto specific = (*core)->Lookup({"m", 3, ""});
+  EXPECT_EQ(specific.status().message(), "Servable not found for request: Specific(m, 3)");
+}
+
+TEST(ServerCoreTest, LabelsPoliciesAndReload) {
+  const std::string base = TempDir("labels");
+  AddVersion(base, 1, kHalfPlusTwo);
+  AddVersion(base, 2, kHalfPlusTwo);
+  auto config = OnnxConfig("m", base);
+  auto* model = config.mutable_model_config_list()->mutable_config(0);
+  model->mutable_model_version_policy()->mutable_all();
+  (*model->mutable_version_labels())["stable"] = 1;
+  (*model->mutable_version_labels())["canary"] = 2;
+  auto core = ServerCore::Create(NoPolling(nullptr), config);
+  ASSERT_TRUE(core.ok()) << core.status();
+  EXPECT_EQ((*(*core)->Lookup({"m", std::nullopt, "stable"}))->version(), 1);
+  EXPECT_EQ((*(*core)->Lookup({"m", std::nullopt, "canary"}))->version(), 2);
+  EXPECT_EQ((*core)->Lookup({"m", std::nullopt, "beta"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A label on a version that is not loaded is refused.
+  (*model->mutable_version_labels())["stable"] = 7;
+  EXPECT_EQ((*core)->ReloadConfig(config).code(), absl::StatusCode::kFailedPrecondition);
+  // Removing the model from the config unloads it; adding a second name serves it too.
+  auto other = OnnxConfig("n", base);
+  EXPECT_TRUE((*core)->ReloadConfig(other).ok());
+  EXPECT_FALSE((*core)->Lookup({"m"}).ok());
+  EXPECT_EQ((*(*core)->Lookup({"n"}))->version(), 2);
+}
+
+TEST(ServerCoreTest, BatchedPredictionsAreSplitBack) {
+  const std::string base = TempDir("batching");
+  AddVersion(base, 1, kHalfPlusTwo);
+  ServingMetrics metrics;
+  ServerCoreOptions options = NoPolling(&metrics);
+  BatchingOptions batching;
+  batching.max_batch_size = 8;
+  batching.batch_timeout_micros = 20000;
+  batching.allowed_batch_sizes = {4, 8};
+  batching.num_batch_threads = 1;
+  options.batching = batching;
+  auto core = ServerCore::Create(options, OnnxConfig("m", base));
+  ASSERT_TRUE(core.ok()) << core.status();
+  RestHandler handler(core->get(), &metrics, "");
+  std::vector<std::future<HttpResponse>> replies;
+  for (int i = 0; i < 6; ++i) {
+    replies.push_back(std::async(std::launch::async, [&handler, i] {
+      return Call(handler, "POST", "/v1/models/m:predict",
+                  "{\"instances\": [[" + std::to_string(2 * i) + "]]}");
+    }));
+  }
+  for (int i = 0; i < 6; ++i) {
+    HttpResponse reply = replies[i].get();
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    EXPECT_EQ(reply.body, "{\"predictions\": [[" + std::to_string(i + 2) + ".0]]}");
+  }
+  EXPECT_GE(metrics.batch_size.Count({"m"}), 1u);
+  HttpResponse too_big = Call(handler, "POST", "/v1/models/m:predict",
+                              R"({"instances": [[1],[2],[3],[4],[5],[6],[7],[8],[9]]})");
+  EXPECT_EQ(too_big.status, 400);
+  EXPECT_THAT(too_big.body, HasSubstr("larger than maximum input batch size 8"));
+}
+
+void WriteWarmup(const std::string& version_dir, const std::string& input_key) {
+  tensorflow::serving::PredictionLog log;
+  auto* request = log.mutable_predict_log()->mutable_request();
+  request->mutable_model_spec()->set_name("m");
+  TensorToProto(Tensor::FromVector<float>({1, 2}, Shape{2, 1}),
+                &(*request->mutable_inputs())[input_key]);
+  fs::create_directories(fs::path(version_dir) / "assets.extra");
+  std::ofstream file(fs::path(version_dir) / "assets.extra" / kWarmupFileName, std::ios::binary);
+  const std::string record = data::formats::SerializeRecord(log.SerializeAsString());
+  file << record << record;
+}
+
+TEST(ServerCoreTest, WarmupRunsBeforeTheVersionIsAvailable) {
+  const std::string base = TempDir("warmup");
+  AddVersion(base, 1, kHalfPlusTwo);
+  WriteWarmup(base + "/1", "x");
+  ServingMetrics metrics;
+  auto core = ServerCore::Create(NoPolling(&metrics), OnnxConfig("m", base));
+  ASSERT_TRUE(core.ok()) << core.status();
+  EXPECT_EQ(metrics.model_warmup_latency.Count({base + "/1/model.onnx"}), 1u);
+
+  // A warmup record the model cannot run fails the load of that version only.
+  AddVersion(base, 2, kHalfPlusTwo);
+  WriteWarmup(base + "/2", "not_an_input");
+  (*core)->PollNow();
+  auto status = (*core)->GetStatus("m", 2);
+  ASSERT_TRUE(status.ok());
+  EXPECT_THAT(status->at(0).status.message(), HasSubstr("warmup"));
+  EXPECT_EQ((*(*core)->Lookup({"m"}))->version(), 1);
+}
+
+}  // namespace
+}  // namespace kiln::serving
