@@ -1,3 +1,4 @@
+#include <random>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,75 @@ TEST(ParseExampleFnTest, SplicesOutputsAndNamesThem) {
   auto batch = ParseExampleFn(spec)(Element({Tensor::FromVector<std::string>({bytes, bytes})}));
   ASSERT_TRUE(batch.ok());
   EXPECT_TRUE(TensorsEqual((*batch)[0], Tensor::FromVector<int64_t>({4, 4})));
+}
+
+}  // namespace
+}  // namespace kiln::data::formats
+
+namespace kiln::data::formats {
+namespace {
+
+// Random Examples built with protobuf, parsed as a batch, compared value by value with what
+// the protobuf accessors return.
+TEST(ParseExampleTest, RandomExamplesAgreeWithProtobuf) {
+  std::mt19937 rng(5);
+  const int kExamples = 40;
+  std::vector<tensorflow::Example> examples(kExamples);
+  std::vector<std::string> serialized;
+  for (auto& example : examples) {
+    auto& map = *example.mutable_features()->mutable_feature();
+    for (int f = 0; f < 3; ++f) {
+      const std::string key = "k" + std::to_string(f);
+      const int n = static_cast<int>(rng() % 6);
+      if (rng() % 5 == 0) continue;  // absent
+      for (int i = 0; i < n; ++i) {
+        if (f == 0) map[key].mutable_float_list()->add_value(static_cast<float>(rng() % 1000) / 7);
+        if (f == 1) map[key].mutable_int64_list()->add_value(static_cast<int64_t>(rng()) - (1LL << 31));
+        if (f == 2) map[key].mutable_bytes_list()->add_value(std::string(rng() % 20, 'a' + i));
+      }
+      if (n == 0 && f == 0) map[key].mutable_float_list();  // present but empty
+    }
+    serialized.push_back(example.SerializeAsString());
+  }
+  ExampleSpec spec;
+  spec.features = {FeatureSpec::VarLen("k0", DType::kFloat32),
+                   FeatureSpec::Ragged("k1", DType::kInt64),
+                   FeatureSpec::VarLen("k2", DType::kString)};
+  auto out = ParseExamples(Tensor::FromVector(serialized), spec);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Tensor& k0_indices = (*out)[0];
+  const Tensor& k0_values = (*out)[1];
+  const Tensor& k1_values = (*out)[3];
+  const Tensor& k1_splits = (*out)[4];
+  const Tensor& k2_values = (*out)[6];
+  int64_t i0 = 0, i2 = 0;
+  for (int e = 0; e < kExamples; ++e) {
+    const auto& map = examples[e].features().feature();
+    auto get = [&](const std::string& key) -> const tensorflow::Feature* {
+      auto it = map.find(key);
+      return it == map.end() ? nullptr : &it->second;
+    };
+    if (const auto* f = get("k0")) {
+      for (int i = 0; i < f->float_list().value_size(); ++i, ++i0) {
+        ASSERT_EQ(k0_indices.data<int64_t>()[2 * i0], e);
+        ASSERT_EQ(k0_indices.data<int64_t>()[2 * i0 + 1], i);
+        ASSERT_EQ(k0_values.data<float>()[i0], f->float_list().value(i));
+      }
+    }
+    const int64_t begin = k1_splits.data<int64_t>()[e], end = k1_splits.data<int64_t>()[e + 1];
+    const auto* f1 = get("k1");
+    ASSERT_EQ(end - begin, f1 ? f1->int64_list().value_size() : 0) << e;
+    for (int64_t i = begin; i < end; ++i) {
+      ASSERT_EQ(k1_values.data<int64_t>()[i], f1->int64_list().value(static_cast<int>(i - begin)));
+    }
+    if (const auto* f = get("k2")) {
+      for (int i = 0; i < f->bytes_list().value_size(); ++i, ++i2) {
+        ASSERT_EQ(k2_values.data<std::string>()[i2], f->bytes_list().value(i));
+      }
+    }
+  }
+  EXPECT_EQ(i0, k0_values.num_elements());
+  EXPECT_EQ(i2, k2_values.num_elements());
 }
 
 }  // namespace
