@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "import/tf/converter.h"
 #include "import/tf/tensor_proto.h"
@@ -800,10 +801,9 @@ TF_OP("Unique") {
 TF_OP("RandomUniform") {
   KILN_RETURN_IF_ERROR(NeedInputs(c, 1));
   KILN_ASSIGN_OR_RETURN(DType dtype, c.AttrType("dtype"));
-  ir::ValueId zeros = c.Emit("ConstantOfShape", {c.ToInt64(c.input(0))},
-                             {{"value", ScalarOf(dtype, 0).Reshape(Shape{1}).value()}});
-  c.SetOutput(c.Emit("RandomUniformLike", {zeros},
-                     {{"low", 0.0f}, {"high", 1.0f}, {"dtype", OnnxDataType(dtype)}}));
+  if (dtype != DType::kFloat32) return c.Unsupported("RandomUniform of non-float32");
+  c.SetOutput(c.Emit("RandomUniform", {c.ToInt64(c.input(0))},
+                     {{"seed", c.AttrInt("seed", 0) * 1000003 + c.AttrInt("seed2", 0)}}, "kiln"));
   return absl::OkStatus();
 } END_OP;
 
@@ -1075,6 +1075,65 @@ TF_OP("TensorListLength") {
   ir::ValueId shape = c.Emit("Shape", {c.input(0)});
   ir::ValueId n = c.Emit("Gather", {shape, c.ScalarI64(0)}, {{"axis", int64_t{0}}});
   c.SetOutput(c.Emit("Cast", {n}, {{"to", OnnxDataType(DType::kInt32)}}));
+  return absl::OkStatus();
+} END_OP;
+
+// Sparse tensors (feature columns) -------------------------------------------------------------
+
+TF_OP("SparseFillEmptyRows") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 4));
+  c.SetOutputs(c.EmitN("SparseFillEmptyRows",
+                       {c.ToInt64(c.input(0)), c.input(1), c.ToInt64(c.input(2)), c.input(3)}, 4,
+                       {}, "kiln"));
+  return absl::OkStatus();
+} END_OP;
+
+TF_OP("SparseReshape") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 3));
+  c.SetOutputs(c.EmitN("SparseReshape",
+                       {c.ToInt64(c.input(0)), c.ToInt64(c.input(1)), c.ToInt64(c.input(2))}, 2,
+                       {}, "kiln"));
+  return absl::OkStatus();
+} END_OP;
+
+TF_OP("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN",
+      "SparseSegmentSumWithNumSegments", "SparseSegmentMeanWithNumSegments",
+      "SparseSegmentSqrtNWithNumSegments") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 3));
+  const std::string& op = c.node().op();
+  const std::string mode = absl::StrContains(op, "Mean") ? "mean"
+                           : absl::StrContains(op, "SqrtN") ? "sqrtn" : "sum";
+  std::vector<ir::ValueId> inputs = {c.input(0), c.input(1), c.input(2)};
+  if (absl::StrContains(op, "NumSegments") && c.num_inputs() > 3) inputs.push_back(c.input(3));
+  c.SetOutput(c.Emit("SparseSegmentReduce", inputs, {{"mode", mode}}, "kiln"));
+  return absl::OkStatus();
+} END_OP;
+
+TF_OP("SparseToDense") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 4));
+  c.SetOutput(c.Emit("SparseToDense", {c.input(0), c.input(1), c.input(2), c.input(3)}, {},
+                     "kiln"));
+  return absl::OkStatus();
+} END_OP;
+
+TF_OP("UpperBound") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 2));
+  DType out = DType::kInt32;
+  if (c.HasAttr("out_type")) {
+    KILN_ASSIGN_OR_RETURN(out, c.AttrType("out_type"));
+  }
+  c.SetOutput(c.Emit("UpperBound", {c.input(0), c.input(1)}, {{"out_type", OnnxDataType(out)}},
+                     "kiln"));
+  return absl::OkStatus();
+} END_OP;
+
+TF_OP("AsString") {
+  KILN_RETURN_IF_ERROR(NeedInputs(c, 1));
+  if (c.AttrInt("precision", -1) >= 0 || c.AttrInt("width", -1) >= 0 ||
+      c.AttrBool("scientific", false) || c.AttrBool("shortest", false)) {
+    return c.Unsupported("AsString with formatting attributes");
+  }
+  c.SetOutput(c.Emit("AsString", {c.input(0)}, {}, "kiln"));
   return absl::OkStatus();
 } END_OP;
 
