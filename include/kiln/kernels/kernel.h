@@ -70,13 +70,14 @@ struct ComputeContext {
   int intra_op_threads = 1;
   SubgraphRunner* subgraphs = nullptr;
 
-  // Parallel loop over [0, n) on the intra-op pool (or inline).
-  void ParallelFor(int64_t n, int64_t min_chunk,
-                   const std::function<void(int64_t, int64_t)>& fn) const {
-    if (pool != nullptr && intra_op_threads > 1) {
-      pool->ParallelFor(n, min_chunk, fn);
+  // Parallel loop over [0, n) on the intra-op pool (or inline). A template so that the
+  // inline path builds no std::function (which would allocate on every run).
+  template <typename Fn>
+  void ParallelFor(int64_t n, int64_t min_chunk, Fn&& fn) const {
+    if (pool != nullptr && intra_op_threads > 1 && n > min_chunk) {
+      pool->ParallelFor(n, min_chunk, std::function<void(int64_t, int64_t)>(fn));
     } else if (n > 0) {
-      fn(0, n);
+      fn(int64_t{0}, n);
     }
   }
   // Allocates output `index` (for dynamic outputs).

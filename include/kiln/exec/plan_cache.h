@@ -1,0 +1,45 @@
+// Compiled plans of one graph, keyed by the concrete input shapes, least recently used
+// evicted beyond `capacity`. Lookups make no heap allocation; compiles of new shapes are
+// serialized (a warmup storm compiles each shape once) while runs of cached plans proceed.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kiln/exec/plan.h"
+
+namespace kiln::exec {
+
+class PlanCache {
+ public:
+  PlanCache(std::shared_ptr<const ir::Graph> graph, CompileOptions options, size_t capacity);
+
+  // The plan for these input shapes, compiled on a miss (`compiled` tells which).
+  absl::StatusOr<std::shared_ptr<const CompiledPlan>> Get(absl::Span<const Shape> input_shapes,
+                                                          bool* compiled = nullptr);
+  size_t size() const;
+  size_t capacity() const { return capacity_; }
+  int64_t compiles() const;
+  int64_t evictions() const;
+  // Shapes of the cached plans, most recently used first.
+  std::vector<std::vector<Shape>> CachedShapes() const;
+
+ private:
+  std::shared_ptr<const CompiledPlan> Find(absl::Span<const Shape> input_shapes);
+
+  std::shared_ptr<const ir::Graph> graph_;
+  CompileOptions options_;
+  size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<std::shared_ptr<const CompiledPlan>> plans_;  // most recently used first
+  std::mutex compile_mutex_;
+  int64_t compiles_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace kiln::exec

@@ -1,0 +1,67 @@
+#include "kiln/exec/plan_cache.h"
+
+#include <algorithm>
+
+namespace kiln::exec {
+
+PlanCache::PlanCache(std::shared_ptr<const ir::Graph> graph, CompileOptions options,
+                     size_t capacity)
+    : graph_(std::move(graph)), options_(std::move(options)), capacity_(std::max<size_t>(1, capacity)) {}
+
+std::shared_ptr<const CompiledPlan> PlanCache::Find(absl::Span<const Shape> input_shapes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    const std::vector<Shape>& shapes = (*it)->input_shapes();
+    if (shapes.size() != input_shapes.size() ||
+        !std::equal(shapes.begin(), shapes.end(), input_shapes.begin())) {
+      continue;
+    }
+    if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);  // no allocation
+    return plans_.front();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledPlan>> PlanCache::Get(
+    absl::Span<const Shape> input_shapes, bool* compiled) {
+  if (compiled != nullptr) *compiled = false;
+  if (auto plan = Find(input_shapes)) return plan;
+  // One compile at a time: concurrent first requests for a shape wait for its plan.
+  std::lock_guard<std::mutex> compile_lock(compile_mutex_);
+  if (auto plan = Find(input_shapes)) return plan;
+  auto plan = CompiledPlan::Compile(graph_, input_shapes, options_);
+  if (!plan.ok()) return plan.status();
+  if (compiled != nullptr) *compiled = true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++compiles_;
+  plans_.push_front(*plan);
+  while (plans_.size() > capacity_) {
+    plans_.pop_back();
+    ++evictions_;
+  }
+  return std::shared_ptr<const CompiledPlan>(*plan);
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return plans_.size();
+}
+
+int64_t PlanCache::compiles() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return compiles_;
+}
+
+int64_t PlanCache::evictions() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return evictions_;
+}
+
+std::vector<std::vector<Shape>> PlanCache::CachedShapes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<Shape>> out;
+  for (const auto& plan : plans_) out.push_back(plan->input_shapes());
+  return out;
+}
+
+}  // namespace kiln::exec
