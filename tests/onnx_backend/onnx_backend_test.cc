@@ -13,6 +13,7 @@
 // (ai.onnx.preview.training), string tensors, and random-number operators whose reference
 // outputs are one particular random draw.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -30,9 +32,17 @@
 #include "gtest/gtest.h"
 #include "kiln/import/onnx.h"
 #include "onnx/onnx.pb.h"
-#if KILN_HAVE_RUNTIME
+// The runner needs something that executes graphs: the runtime (Model::Load, the real path)
+// or, in builds that have the plan executor but not yet the runtime, exec::CompiledPlan on
+// the imported graph without the optimizer.
+#define KILN_CAN_RUN (KILN_HAVE_RUNTIME || KILN_HAVE_EXEC)
+#if KILN_CAN_RUN
 #include "kiln/kernels/kernel.h"
+#endif
+#if KILN_HAVE_RUNTIME
 #include "kiln/runtime/model.h"
+#elif KILN_HAVE_EXEC
+#include "kiln/exec/plan.h"
 #endif
 
 namespace kiln {
@@ -41,11 +51,38 @@ namespace {
 namespace fs = std::filesystem;
 
 // Lowest acceptable pass rate (passed / counted cases). Raised as kernels land.
-constexpr double kMinPassRate = 0.0;
+constexpr double kMinPassRate = 0.78;
 
 // Cases expected to fail although every operator they use has a kernel, with the reason.
 const std::map<std::string, std::string>& KnownFailures() {
-  static const std::map<std::string, std::string> known = {};
+  static const std::map<std::string, std::string> known = {
+      // ConvTranspose with output_shape and dilations: oneDNN has no dilated deconvolution
+      // descriptor for this case; the kernel needs its own loop.
+      {"test_convtranspose_output_shape", "dilated deconvolution (oneDNN)"},
+      // MaxPool kernel is float-only.
+      {"test_maxpool_2d_uint8", "MaxPool on uint8"},
+      // ReduceSum whose axes arrive as a graph input (not a constant): the kernel needs them
+      // at compile time.
+      {"test_reduce_sum_default_axes_keepdims_example", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_default_axes_keepdims_random", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_do_not_keepdims_example", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_do_not_keepdims_random", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_empty_axes_input_noop_example", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_keepdims_example", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_keepdims_random", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_negative_axes_keepdims_example", "ReduceSum axes from a graph input"},
+      {"test_reduce_sum_negative_axes_keepdims_random", "ReduceSum axes from a graph input"},
+      // onnx 1.12 made its float->bfloat16 reference by truncating the mantissa; Kiln rounds
+      // to nearest even, as TensorFlow, oneDNN and newer ONNX test data do.
+      {"test_cast_FLOAT_to_BFLOAT16", "reference truncates instead of rounding"},
+      {"test_castlike_FLOAT_to_BFLOAT16", "reference truncates instead of rounding"},
+      {"test_castlike_FLOAT_to_BFLOAT16_expanded", "reference truncates instead of rounding"},
+      // Resize: align_corners downsampling differs from the reference; tf_crop_and_resize is
+      // not implemented.
+      {"test_resize_downsample_scales_cubic_align_corners", "Resize align_corners downsample"},
+      {"test_resize_downsample_scales_linear_align_corners", "Resize align_corners downsample"},
+      {"test_resize_tf_crop_and_resize", "Resize tf_crop_and_resize"},
+  };
   return known;
 }
 
@@ -99,6 +136,28 @@ bool HasStringType(const ::onnx::GraphProto& graph) {
   return false;
 }
 
+// BatchNormalization with training_mode=1 (batch statistics) and Dropout fed a training_mode
+// input (a random mask) are training-time behaviour.
+bool UsesTrainingMode(const ::onnx::GraphProto& graph) {
+  for (const auto& node : graph.node()) {
+    if (node.op_type() == "Dropout" && node.input_size() >= 3 && !node.input(2).empty()) {
+      return true;
+    }
+    if (node.op_type() == "BatchNormalization") {
+      for (const auto& attr : node.attribute()) {
+        if (attr.name() == "training_mode" && attr.i() != 0) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// onnx 1.12 stores bfloat16 test tensors as uint16 bit patterns (NumPy has no bfloat16).
+Tensor AsBFloat16IfBits(const Tensor& t, DType wanted) {
+  if (wanted != DType::kBFloat16 || t.dtype() != DType::kUInt16) return t;
+  return Tensor(DType::kBFloat16, t.shape(), t.buffer(), t.byte_offset());
+}
+
 bool HasNonTensorType(const ::onnx::GraphProto& graph) {
   for (const auto& v : graph.input()) {
     if (v.type().value_case() != ::onnx::TypeProto::kTensorType) return true;
@@ -109,7 +168,7 @@ bool HasNonTensorType(const ::onnx::GraphProto& graph) {
   return false;
 }
 
-#if KILN_HAVE_RUNTIME
+#if KILN_CAN_RUN
 // Elementwise |actual - expected| <= atol + rtol * |expected|; NaNs must match NaNs.
 std::string Compare(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
   if (actual.dtype() != expected.dtype()) {
@@ -153,6 +212,66 @@ std::string Compare(const Tensor& actual, const Tensor& expected, double rtol, d
 }
 #endif
 
+#if KILN_CAN_RUN
+struct LoadedCase {
+  std::vector<std::string> input_keys;
+  std::vector<DType> input_dtypes;
+  std::vector<std::string> output_keys;
+  std::function<absl::StatusOr<std::map<std::string, Tensor>>(
+      const std::map<std::string, Tensor>&)>
+      run;
+};
+
+absl::StatusOr<LoadedCase> LoadCase(const std::string& model_path,
+                                    const import::ImportedModel& imported) {
+  LoadedCase loaded;
+#if KILN_HAVE_RUNTIME
+  runtime::ModelOptions options;
+  options.intra_op_threads = 1;
+  options.inter_op_threads = 1;
+  absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(model_path, options);
+  if (!model.ok()) return model.status();
+  const runtime::SignatureInfo& sig = (*model)->signatures().begin()->second;
+  loaded.input_keys = sig.input_keys;
+  loaded.output_keys = sig.output_keys;
+  for (const std::string& key : sig.input_keys) loaded.input_dtypes.push_back(sig.inputs.at(key).dtype);
+  loaded.run = [model = *model, key = sig.key](const std::map<std::string, Tensor>& inputs) {
+    return model->Run(key, inputs);
+  };
+#else
+  const import::SignatureGraph& sig = imported.signatures[0];
+  loaded.input_keys = sig.input_keys;
+  loaded.output_keys = sig.output_keys;
+  for (const std::string& key : sig.input_keys) loaded.input_dtypes.push_back(sig.inputs.at(key).dtype);
+  auto graph = std::make_shared<const ir::Graph>(sig.graph);
+  loaded.run = [graph, sig_inputs = sig.input_keys, sig_outputs = sig.output_keys](
+                   const std::map<std::string, Tensor>& inputs)
+      -> absl::StatusOr<std::map<std::string, Tensor>> {
+    std::vector<Tensor> ordered;
+    std::vector<Shape> shapes;
+    for (const std::string& key : sig_inputs) {
+      auto it = inputs.find(key);
+      if (it == inputs.end()) return absl::InvalidArgumentError("missing input " + key);
+      ordered.push_back(it->second);
+      shapes.push_back(it->second.shape());
+    }
+    absl::StatusOr<std::shared_ptr<exec::CompiledPlan>> plan =
+        exec::CompiledPlan::Compile(graph, shapes);
+    if (!plan.ok()) return plan.status();
+    std::vector<Tensor> outputs;
+    absl::Status s = (*plan)->Run(ordered, &outputs);
+    if (!s.ok()) return s;
+    std::map<std::string, Tensor> named;
+    for (size_t i = 0; i < sig_outputs.size() && i < outputs.size(); ++i) {
+      named[sig_outputs[i]] = outputs[i];
+    }
+    return named;
+  };
+#endif
+  return loaded;
+}
+#endif
+
 // Runs one case directory.
 CaseResult RunCase(const fs::path& dir) {
   CaseResult result;
@@ -193,6 +312,11 @@ CaseResult RunCase(const fs::path& dir) {
     result.detail = "string";
     return result;
   }
+  if (UsesTrainingMode(proto.graph())) {
+    result.outcome = Outcome::kExcluded;
+    result.detail = "training";
+    return result;
+  }
   if (HasNonTensorType(proto.graph())) {
     result.outcome = Outcome::kUnsupported;
     result.blockers = {"<sequence/optional values>"};
@@ -222,7 +346,7 @@ CaseResult RunCase(const fs::path& dir) {
     return result;
   }
 
-#if KILN_HAVE_RUNTIME
+#if KILN_CAN_RUN
   // Ops the imported graph uses (after normalization) that have no kernel.
   std::set<std::string> missing;
   std::function<void(const ir::Graph&)> check = [&](const ir::Graph& g) {
@@ -245,15 +369,12 @@ CaseResult RunCase(const fs::path& dir) {
     return result;
   }
 
-  runtime::ModelOptions options;
-  options.intra_op_threads = 1;
-  options.inter_op_threads = 1;
-  absl::StatusOr<std::shared_ptr<runtime::Model>> model = runtime::Model::Load(model_path, options);
-  if (!model.ok()) {
-    result.detail = absl::StrCat("load: ", model.status().message());
+  absl::StatusOr<LoadedCase> loaded = LoadCase(model_path, *imported);
+  if (!loaded.ok()) {
+    result.detail = absl::StrCat("load: ", loaded.status().message());
     return result;
   }
-  const runtime::SignatureInfo& sig = (*model)->signatures().begin()->second;
+  const LoadedCase& sig = *loaded;
   std::vector<fs::path> data_sets;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_directory() && absl::StartsWith(entry.path().filename().string(), "test_data_set_")) {
@@ -275,9 +396,9 @@ CaseResult RunCase(const fs::path& dir) {
         result.detail = std::string(t.status().message());
         return result;
       }
-      inputs[sig.input_keys[i]] = *std::move(t);
+      inputs[sig.input_keys[i]] = AsBFloat16IfBits(*t, sig.input_dtypes[i]);
     }
-    absl::StatusOr<std::map<std::string, Tensor>> outputs = (*model)->Run(sig.key, inputs);
+    absl::StatusOr<std::map<std::string, Tensor>> outputs = sig.run(inputs);
     if (!outputs.ok()) {
       result.detail = absl::StrCat("run: ", outputs.status().message());
       return result;
@@ -295,7 +416,8 @@ CaseResult RunCase(const fs::path& dir) {
         result.detail = absl::StrCat("output '", sig.output_keys[i], "' missing");
         return result;
       }
-      std::string diff = Compare(it->second, *expected, 1e-3, 1e-7);
+      std::string diff =
+          Compare(it->second, AsBFloat16IfBits(*expected, it->second.dtype()), 1e-3, 1e-7);
       if (!diff.empty()) {
         result.detail = absl::StrCat(set.filename().string(), " output '", sig.output_keys[i],
                                      "': ", diff);
@@ -327,7 +449,7 @@ void WriteOpsTable(const std::vector<CaseResult>& results, int passed, int count
                                 " counted cases pass.\n\n| op | CPU kernel | backend cases passed |\n"
                                 "|---|---|---|\n");
   for (const std::string& op : import::KnownOnnxOps()) {
-#if KILN_HAVE_RUNTIME
+#if KILN_CAN_RUN
     // The importer rewrites these into other ops (Constant into constants).
     const std::string runs_as = op == "Upsample"  ? "Resize"
                                 : op == "Scatter" ? "ScatterElements"
@@ -360,8 +482,17 @@ TEST(OnnxBackendSuite, NodeTests) {
   ASSERT_GT(cases.size(), 500u);
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<CaseResult> results;
-  for (const fs::path& dir : cases) results.push_back(RunCase(dir));
+  // Cases are independent: spread them over the cores (each case runs single-threaded).
+  std::vector<CaseResult> results(cases.size());
+  std::atomic<size_t> next{0};
+  const int workers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < cases.size(); i = next++) results[i] = RunCase(cases[i]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
