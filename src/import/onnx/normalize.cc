@@ -149,6 +149,11 @@ absl::Status NodeEmitter::EmitSoftmaxFamily() {
   if (auto it = attrs_.find("axis"); it != attrs_.end()) {
     if (auto* i = std::get_if<int64_t>(&it->second)) axis = *i;
   }
+  if (axis != -1 && !graph_.value(Input(0)).type.rank_known) {
+    // Exporters rarely record intermediate types; infer them so the common case (softmax
+    // over the last axis) needs no Flatten/Reshape. Failure only leaves types unknown.
+    (void)ir::InferShapes(graph_);
+  }
   const ir::TensorType& type = graph_.value(Input(0)).type;
   const bool last_axis = axis == -1 || (type.rank_known && axis == type.rank() - 1);
   if (last_axis) {
@@ -307,7 +312,10 @@ absl::Status NodeEmitter::EmitOnnx() {
     if (auto it = attrs_.find("scale"); it != attrs_.end()) {
       if (auto* f = std::get_if<float>(&it->second)) scale = *f;
     }
-    std::vector<float> bias = ir::Node{.attrs = attrs_}.GetFloats("bias");
+    std::vector<float> bias;
+    if (auto it = attrs_.find("bias"); it != attrs_.end()) {
+      if (auto* b = std::get_if<std::vector<float>>(&it->second)) bias = *b;
+    }
     const ValueId scaled = Tmp("Mul", {Input(0), Const(Tensor::Scalar<float>(scale), "scale")});
     const int64_t channels = static_cast<int64_t>(bias.size());
     Final("Add", {scaled, Const(Tensor::FromVector<float>(bias, Shape{1, channels, 1, 1}), "bias")},

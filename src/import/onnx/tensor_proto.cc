@@ -105,6 +105,19 @@ absl::StatusOr<std::string> ReadExternalData(const TensorProto& proto, const std
   return data;
 }
 
+// Values held by the typed field that `dtype` uses.
+int64_t TypedFieldSize(const TensorProto& proto, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return proto.float_data_size();
+    case DType::kFloat64: return proto.double_data_size();
+    case DType::kInt64: return proto.int64_data_size();
+    case DType::kUInt32:
+    case DType::kUInt64: return proto.uint64_data_size();
+    case DType::kString: return proto.string_data_size();
+    default: return proto.int32_data_size();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<DType> DTypeFromOnnx(int32_t onnx_type) {
@@ -183,6 +196,25 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
     return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": ", count * elem_size,
                                                    " bytes is above the 16 GiB limit"));
   }
+  // Check that the data is there before allocating: a corrupt file must not make us allocate
+  // what its dims claim.
+  const int64_t bytes = count * elem_size;
+  if (proto.data_location() != TensorProto::EXTERNAL && *dtype != DType::kString) {
+    const int64_t held = proto.has_raw_data()
+                             ? static_cast<int64_t>(proto.raw_data().size())
+                             : TypedFieldSize(proto, *dtype) * elem_size;
+    if (held != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TensorLabel(proto), ": ", proto.has_raw_data() ? "raw_data" : "the typed data field",
+          " has ", held, " bytes but shape ", Shape(dims).ToString(), " of ",
+          DTypeName(*dtype), " needs ", bytes));
+    }
+  }
+  if (*dtype == DType::kString && proto.string_data_size() != count) {
+    return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": shape has ", count,
+                                                   " elements but string_data holds ",
+                                                   proto.string_data_size()));
+  }
   Tensor out(*dtype, Shape(dims));
   if (*dtype == DType::kString) {
     if (proto.data_location() == TensorProto::EXTERNAL) {
@@ -197,7 +229,6 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
     for (int64_t i = 0; i < count; ++i) out.data<std::string>()[i] = proto.string_data(i);
     return out;
   }
-  const int64_t bytes = count * elem_size;
   if (proto.data_location() == TensorProto::EXTERNAL) {
     KILN_ASSIGN_OR_RETURN(std::string data, ReadExternalData(proto, external_data_dir, bytes));
     if (bytes > 0) std::memcpy(out.raw_data(), data.data(), bytes);
@@ -278,9 +309,11 @@ absl::StatusOr<Tensor> TensorFromSparseProto(const ::onnx::SparseTensorProto& pr
   KILN_ASSIGN_OR_RETURN(Tensor indices, TensorFromProto(proto.indices(), external_data_dir));
   const std::string label = absl::StrCat("sparse tensor '", proto.values().name(), "'");
   std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  // Densifying allocates what the dims claim, so keep that well below memory sizes.
+  constexpr int64_t kMaxDenseElements = int64_t{1} << 28;
   int64_t dense_count = 1;
   for (int64_t d : dims) {
-    if (d < 0 || (d != 0 && dense_count > kMaxTensorBytes / d)) {
+    if (d < 0 || (d != 0 && dense_count > kMaxDenseElements / d)) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": bad dimension ", d));
     }
     dense_count *= d;
