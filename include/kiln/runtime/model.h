@@ -55,6 +55,10 @@ class Model {
   static absl::StatusOr<std::shared_ptr<Model>> Load(const std::string& path,
                                                      const ModelOptions& options = {});
 
+  // A model from an already imported one (tests, tools that build graphs themselves).
+  static absl::StatusOr<std::shared_ptr<Model>> FromImported(import::ImportedModel imported,
+                                                             const ModelOptions& options = {});
+
   virtual const std::string& path() const = 0;
   virtual const std::string& platform() const = 0;  // "tensorflow" or "onnx"
   virtual const std::map<std::string, SignatureInfo>& signatures() const = 0;

@@ -1,0 +1,438 @@
+#include "kiln/runtime/model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kiln/core/clock.h"
+#include "kiln/core/status.h"
+#include "kiln/exec/plan_cache.h"
+#include "kiln/opt/pass.h"
+#include "kiln/runtime/loader.h"
+
+#ifdef KILN_HAVE_ONNX_IMPORT
+#include "kiln/import/onnx.h"
+#endif
+#ifdef KILN_HAVE_TF_IMPORT
+#include "kiln/import/saved_model.h"
+#endif
+
+namespace kiln::runtime {
+namespace fs = std::filesystem;
+
+std::string ShapeString(const TensorInfo& info) {
+  if (!info.rank_known) return "[?]";
+  return absl::StrCat("[", absl::StrJoin(info.shape, ", "), "]");
+}
+
+std::string ExpectedString(const TensorInfo& info) {
+  return absl::StrCat(DTypeName(info.dtype), ShapeString(info));
+}
+
+bool ShapeCompatible(const TensorInfo& info, const Shape& shape) {
+  if (!info.rank_known) return true;
+  if (static_cast<int>(info.shape.size()) != shape.rank()) return false;
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (info.shape[i] >= 0 && info.shape[i] != shape.dim(i)) return false;
+  }
+  return true;
+}
+
+ThreadSplit ChooseThreads(int intra, int inter, int cores) {
+  cores = std::max(1, cores);
+  ThreadSplit split;
+  if (intra <= 0 && inter <= 0) {
+    // Most graphs are chains: threads help inside kernels more than across them.
+    split.inter = 1;
+    split.intra = cores;
+  } else if (inter <= 0) {
+    split.intra = std::min(intra, cores);
+    split.inter = std::max(1, cores / split.intra);
+  } else if (intra <= 0) {
+    split.inter = std::min(inter, cores);
+    split.intra = std::max(1, cores / split.inter);
+  } else {
+    split.inter = std::min(inter, cores);
+    split.intra = std::max(1, std::min(intra, cores / split.inter));
+  }
+  return split;
+}
+
+absl::StatusOr<ResolvedModelPath> ResolveModelPath(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::exists(p, ec)) return absl::NotFoundError(absl::StrCat("model path ", path, " does not exist"));
+  if (fs::is_regular_file(p, ec)) {
+    if (absl::EndsWith(path, ".pb") || absl::EndsWith(path, ".pbtxt")) {
+      if (p.filename() == "saved_model.pb" || p.filename() == "saved_model.pbtxt") {
+        return ResolvedModelPath{p.parent_path().string(), ModelFormat::kSavedModel};
+      }
+    }
+    return ResolvedModelPath{path, ModelFormat::kOnnx};
+  }
+  if (!fs::is_directory(p, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is neither a file nor a directory"));
+  }
+  auto classify = [](const fs::path& dir) -> std::optional<ResolvedModelPath> {
+    std::error_code e;
+    if (fs::exists(dir / "saved_model.pb", e) || fs::exists(dir / "saved_model.pbtxt", e)) {
+      return ResolvedModelPath{dir.string(), ModelFormat::kSavedModel};
+    }
+    if (fs::exists(dir / "model.onnx", e)) {
+      return ResolvedModelPath{(dir / "model.onnx").string(), ModelFormat::kOnnx};
+    }
+    std::vector<fs::path> onnx_files;
+    for (const auto& entry : fs::directory_iterator(dir, e)) {
+      if (entry.is_regular_file() && entry.path().extension() == ".onnx") {
+        onnx_files.push_back(entry.path());
+      }
+    }
+    if (onnx_files.size() == 1) return ResolvedModelPath{onnx_files[0].string(), ModelFormat::kOnnx};
+    return std::nullopt;
+  };
+  if (auto direct = classify(p)) return *direct;
+  // A base path: numeric version folders, the highest wins (TF Serving's layout).
+  int64_t best = -1;
+  fs::path best_dir;
+  for (const auto& entry : fs::directory_iterator(p, ec)) {
+    if (!entry.is_directory()) continue;
+    int64_t version;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &version)) continue;
+    if (version > best && classify(entry.path()).has_value()) {
+      best = version;
+      best_dir = entry.path();
+    }
+  }
+  if (best < 0) {
+    return absl::NotFoundError(absl::StrCat(
+        path, " holds no model: expected saved_model.pb, saved_model.pbtxt, a .onnx file, or "
+              "numeric version folders holding one of them"));
+  }
+  auto resolved = *classify(best_dir);
+  resolved.version = best;
+  return resolved;
+}
+
+namespace {
+
+struct SignatureRuntime {
+  SignatureInfo info;
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<exec::PlanCache> cache;
+  opt::OptimizationLog log;
+  std::map<std::string, int> op_histogram;
+};
+
+class ModelImpl : public Model {
+ public:
+  const std::string& path() const override { return path_; }
+  const std::string& platform() const override { return platform_; }
+  const std::map<std::string, SignatureInfo>& signatures() const override { return infos_; }
+  const std::string& assets_extra_dir() const override { return assets_extra_dir_; }
+
+  absl::StatusOr<const SignatureInfo*> FindSignature(absl::string_view key) const override {
+    auto it = infos_.find(std::string(key));
+    if (it == infos_.end()) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : infos_) keys.push_back(k);
+      return absl::NotFoundError(absl::StrCat("no signature '", key, "' in model ", path_,
+                                              "; available: ", absl::StrJoin(keys, ", ")));
+    }
+    return &it->second;
+  }
+
+  absl::StatusOr<std::map<std::string, Tensor>> Run(absl::string_view signature,
+                                                    const std::map<std::string, Tensor>& inputs,
+                                                    const std::vector<std::string>& output_keys,
+                                                    RunStats* stats) const override {
+    const int64_t start = NowNanos();
+    KILN_ASSIGN_OR_RETURN(const SignatureRuntime* sig, Find(signature));
+    const SignatureInfo& info = sig->info;
+    std::vector<Tensor> ordered;
+    ordered.reserve(info.input_keys.size());
+    std::vector<Shape> shapes;
+    shapes.reserve(info.input_keys.size());
+    for (const auto& [key, tensor] : inputs) {
+      if (info.inputs.count(key) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown input '", key, "' for signature '", info.key,
+                         "'; its inputs are: ", absl::StrJoin(info.input_keys, ", ")));
+      }
+    }
+    for (const std::string& key : info.input_keys) {
+      const TensorInfo& expected = info.inputs.at(key);
+      auto it = inputs.find(key);
+      if (it == inputs.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("missing input '", key,
+                                                       "' of signature '", info.key,
+                                                       "' (expected ", ExpectedString(expected),
+                                                       ")"));
+      }
+      const Tensor& t = it->second;
+      if (t.dtype() != expected.dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", key, "' must be ", ExpectedString(expected), ", got ",
+            DTypeName(t.dtype()), t.shape().ToString()));
+      }
+      ordered.push_back(t);
+      shapes.push_back(t.shape());
+    }
+    bool compiled = false;
+    auto plan = sig->cache->Get(shapes, &compiled);
+    if (!plan.ok()) return ExplainCompileError(*sig, shapes, plan.status());
+    std::vector<Tensor> outputs;
+    absl::Status status = (*plan)->Run(ordered, &outputs);
+    if (!status.ok()) return ExplainCompileError(*sig, shapes, status);
+    std::map<std::string, Tensor> result;
+    if (output_keys.empty()) {
+      for (size_t i = 0; i < info.output_keys.size(); ++i) {
+        result[info.output_keys[i]] = std::move(outputs[i]);
+      }
+    } else {
+      for (const std::string& key : output_keys) {
+        auto pos = std::find(info.output_keys.begin(), info.output_keys.end(), key);
+        if (pos == info.output_keys.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown output '", key, "' for signature '", info.key,
+                           "'; its outputs are: ", absl::StrJoin(info.output_keys, ", ")));
+        }
+        result[key] = outputs[pos - info.output_keys.begin()];
+      }
+    }
+    if (stats != nullptr) {
+      stats->compiled_plan = compiled;
+      stats->run_ns = NowNanos() - start;
+    }
+    return result;
+  }
+
+  absl::Status Precompile(absl::string_view signature,
+                          const std::map<std::string, Shape>& input_shapes) const override {
+    KILN_ASSIGN_OR_RETURN(const SignatureRuntime* sig, Find(signature));
+    std::vector<Shape> shapes;
+    for (const std::string& key : sig->info.input_keys) {
+      auto it = input_shapes.find(key);
+      if (it == input_shapes.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("Precompile: no shape for input '", key,
+                                                       "' of signature '", sig->info.key, "'"));
+      }
+      shapes.push_back(it->second);
+    }
+    for (const auto& [key, shape] : input_shapes) {
+      if (sig->info.inputs.count(key) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("Precompile: unknown input '", key,
+                                                       "' for signature '", sig->info.key,
+                                                       "'"));
+      }
+    }
+    auto plan = sig->cache->Get(shapes);
+    if (!plan.ok()) return ExplainCompileError(*sig, shapes, plan.status());
+    return absl::OkStatus();
+  }
+
+  std::string Inspect() const override;
+
+  absl::Status Init(import::ImportedModel imported, const ModelOptions& options);
+
+ private:
+  absl::StatusOr<const SignatureRuntime*> Find(absl::string_view key) const {
+    auto it = runtimes_.find(std::string(key));
+    if (it == runtimes_.end()) {
+      KILN_RETURN_IF_ERROR(FindSignature(key).status());
+    }
+    return &it->second;
+  }
+
+  // A plan that cannot be built for the shapes given: when a shape differs from what the
+  // signature declares, say so (the usual cause); TensorFlow itself checks no further than
+  // whether the graph can run, so neither do we.
+  absl::Status ExplainCompileError(const SignatureRuntime& sig, const std::vector<Shape>& shapes,
+                                   const absl::Status& error) const {
+    std::vector<std::string> mismatches;
+    for (size_t i = 0; i < sig.info.input_keys.size(); ++i) {
+      const TensorInfo& expected = sig.info.inputs.at(sig.info.input_keys[i]);
+      if (!ShapeCompatible(expected, shapes[i])) {
+        mismatches.push_back(absl::StrCat("input '", sig.info.input_keys[i], "' has shape ",
+                                          shapes[i].ToString(), ", expected ",
+                                          ExpectedString(expected)));
+      }
+    }
+    if (mismatches.empty()) return error;
+    return absl::Status(absl::IsUnimplemented(error) ? error.code()
+                                                     : absl::StatusCode::kInvalidArgument,
+                        absl::StrCat(absl::StrJoin(mismatches, "; "), ": ", error.message()));
+  }
+
+  std::string path_;
+  std::string platform_;
+  std::string assets_extra_dir_;
+  std::vector<std::pair<std::string, std::string>> properties_;
+  std::map<std::string, SignatureInfo> infos_;
+  std::map<std::string, SignatureRuntime> runtimes_;
+  std::unique_ptr<ThreadPool> intra_pool_;
+  std::unique_ptr<ThreadPool> inter_pool_;
+  ThreadSplit threads_;
+  ModelOptions options_;
+};
+
+absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions& options) {
+  options_ = options;
+  path_ = imported.path;
+  platform_ = imported.platform;
+  assets_extra_dir_ = imported.assets_extra_dir;
+  properties_ = imported.properties;
+  threads_ = ChooseThreads(options.intra_op_threads, options.inter_op_threads,
+                           ThreadPool::HardwareConcurrency());
+  if (threads_.intra > 1) intra_pool_ = std::make_unique<ThreadPool>(threads_.intra - 1, "kiln-intra");
+  if (threads_.inter > 1) inter_pool_ = std::make_unique<ThreadPool>(threads_.inter - 1, "kiln-inter");
+  exec::CompileOptions compile;
+  compile.intra_op_threads = threads_.intra;
+  compile.intra_op_pool = intra_pool_.get();
+  compile.inter_op_threads = threads_.inter;
+  compile.inter_op_pool = inter_pool_.get();
+  compile.fold_constants = !options.disable_optimizer;
+  if (imported.signatures.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", path_, " has no signatures"));
+  }
+  for (import::SignatureGraph& sg : imported.signatures) {
+    SignatureRuntime rt;
+    rt.info.key = sg.key;
+    rt.info.method_name = sg.method_name;
+    rt.info.input_keys = sg.input_keys;
+    rt.info.output_keys = sg.output_keys;
+    rt.info.inputs = sg.inputs;
+    rt.info.outputs = sg.outputs;
+    if (sg.graph.inputs.size() != sg.input_keys.size() ||
+        sg.graph.outputs.size() != sg.output_keys.size()) {
+      return absl::InternalError(absl::StrCat("signature '", sg.key,
+                                              "': graph inputs/outputs do not match its keys"));
+    }
+    auto graph = std::make_shared<ir::Graph>(std::move(sg.graph));
+    KILN_RETURN_IF_ERROR(Annotate(ir::Verify(*graph), absl::StrCat("signature '", sg.key, "'")));
+    // Keep the importer's declared dtypes on graph inputs: plans take dtypes from there.
+    for (size_t i = 0; i < graph->inputs.size(); ++i) {
+      ir::Value& v = graph->value(graph->inputs[i]);
+      if (v.type.dtype == DType::kInvalid) v.type.dtype = rt.info.inputs.at(sg.input_keys[i]).dtype;
+    }
+    rt.log.nodes_before = graph->num_live_nodes();
+    if (options.disable_optimizer) {
+      rt.log.disabled = true;
+      rt.log.nodes_after = rt.log.nodes_before;
+    } else {
+      opt::PassOptions pass_options;
+      pass_options.allow_compression = options.allow_compression;
+      KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),
+                                    absl::StrCat("optimizing signature '", sg.key, "'")));
+    }
+    (void)ir::InferShapes(*graph);
+    for (const ir::Node& node : graph->nodes()) {
+      if (!node.removed) {
+        ++rt.op_histogram[node.domain.empty() ? node.op : node.domain + "::" + node.op];
+      }
+    }
+    rt.graph = graph;
+    rt.cache = std::make_unique<exec::PlanCache>(rt.graph, compile, options.plan_cache_capacity);
+    infos_[sg.key] = rt.info;
+    runtimes_.emplace(sg.key, std::move(rt));
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelImpl::Inspect() const {
+  std::string out = absl::StrCat("Model: ", path_, " (", platform_, ")\n");
+  for (const auto& [k, v] : properties_) absl::StrAppend(&out, "  ", k, ": ", v, "\n");
+  absl::StrAppend(&out, "Threads: ", threads_.intra, " intra-op x ", threads_.inter,
+                  " inter-op\n");
+  for (const auto& [key, rt] : runtimes_) {
+    const SignatureInfo& info = rt.info;
+    absl::StrAppend(&out, "\nSignature '", key, "' (", info.method_name, ")\n  inputs:\n");
+    for (const std::string& k : info.input_keys) {
+      const TensorInfo& t = info.inputs.at(k);
+      absl::StrAppend(&out, "    ", k, ": ", ExpectedString(t),
+                      t.name.empty() || t.name == k ? "" : absl::StrCat("  (", t.name, ")"), "\n");
+    }
+    absl::StrAppend(&out, "  outputs:\n");
+    for (const std::string& k : info.output_keys) {
+      const TensorInfo& t = info.outputs.at(k);
+      absl::StrAppend(&out, "    ", k, ": ", ExpectedString(t),
+                      t.name.empty() || t.name == k ? "" : absl::StrCat("  (", t.name, ")"), "\n");
+    }
+    std::vector<std::pair<int, std::string>> ops;
+    for (const auto& [op, n] : rt.op_histogram) ops.push_back({-n, op});
+    std::sort(ops.begin(), ops.end());
+    absl::StrAppend(&out, "  op histogram (", rt.graph->num_live_nodes(), " nodes):\n");
+    for (const auto& [n, op] : ops) absl::StrAppend(&out, "    ", op, ": ", -n, "\n");
+    absl::StrAppend(&out, "  optimization log: ", rt.log.ToString());
+    // Planned memory for one item: unknown dimensions taken as 1.
+    std::vector<Shape> shapes;
+    for (const std::string& k : info.input_keys) {
+      const TensorInfo& t = info.inputs.at(k);
+      Shape s;
+      for (int64_t d : t.shape) s.push_back(d < 0 ? 1 : d);
+      shapes.push_back(s);
+    }
+    std::vector<std::string> shape_text;
+    for (const Shape& s : shapes) shape_text.push_back(s.ToString());
+    auto plan = rt.cache->Get(shapes);
+    if (plan.ok()) {
+      const exec::PlanStats& st = (*plan)->stats();
+      absl::StrAppend(&out, "  planned memory for inputs ", absl::StrJoin(shape_text, ", "),
+                      " (unknown dimensions as 1): arena ", st.arena_bytes, " bytes (",
+                      st.unshared_bytes, " without reuse), ", st.steps, " steps, ",
+                      st.folded_nodes, " folded at compile time, ", st.in_place_outputs,
+                      " outputs in place, compiled in ", st.compile_ns / 1000, " us\n");
+    } else {
+      absl::StrAppend(&out, "  planned memory: no plan for inputs ",
+                      absl::StrJoin(shape_text, ", "), ": ", plan.status().message(), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<import::ImportedModel> ImportModel(const std::string& path,
+                                                  const ModelOptions& options) {
+  KILN_ASSIGN_OR_RETURN(ResolvedModelPath resolved, ResolveModelPath(path));
+  if (resolved.format == ModelFormat::kOnnx) {
+#ifdef KILN_HAVE_ONNX_IMPORT
+    return import::ImportOnnxFile(resolved.path);
+#else
+    return absl::UnimplementedError(
+        absl::StrCat("cannot load ", resolved.path, ": this build has no ONNX importer"));
+#endif
+  }
+#ifdef KILN_HAVE_TF_IMPORT
+  std::vector<std::string> tags;
+  for (absl::string_view t : absl::StrSplit(options.tags, ',', absl::SkipEmpty())) {
+    tags.emplace_back(absl::StripAsciiWhitespace(t));
+  }
+  return import::ImportSavedModel(resolved.path, tags);
+#else
+  return absl::UnimplementedError(absl::StrCat(
+      "cannot load SavedModel ", resolved.path, ": this build has no TensorFlow importer"));
+#endif
+}
+
+absl::StatusOr<std::shared_ptr<Model>> Model::Load(const std::string& path,
+                                                   const ModelOptions& options) {
+  KILN_ASSIGN_OR_RETURN(import::ImportedModel imported, ImportModel(path, options));
+  auto model = std::make_shared<ModelImpl>();
+  KILN_RETURN_IF_ERROR(model->Init(std::move(imported), options));
+  return std::shared_ptr<Model>(std::move(model));
+}
+
+absl::StatusOr<std::shared_ptr<Model>> Model::FromImported(import::ImportedModel imported,
+                                                           const ModelOptions& options) {
+  auto model = std::make_shared<ModelImpl>();
+  KILN_RETURN_IF_ERROR(model->Init(std::move(imported), options));
+  return std::shared_ptr<Model>(std::move(model));
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,82 @@
+// `kiln inspect MODEL`: signatures (inputs, outputs), op histogram, optimization log and
+// planned memory; for SavedModels also what `saved_model_cli show --all` shows.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "command.h"
+#include "kiln/runtime/loader.h"
+#include "kiln/runtime/model.h"
+
+// Defined by kiln_runtime when the TensorFlow importer is part of the build.
+#ifdef KILN_HAVE_TF_IMPORT
+#include "kiln/import/saved_model.h"
+#define KILN_INSPECT_HAS_SAVED_MODEL 1
+#endif
+
+namespace {
+
+constexpr char kUsage[] = R"(usage: kiln inspect MODEL [options]
+
+MODEL is a .onnx file, a SavedModel directory, or a base path with numeric version folders.
+
+  --disable_optimizer   show the imported graph without optimization
+  --tags TAGS           SavedModel tag set (default serve)
+)";
+
+int RunInspectCommand(const std::vector<std::string>& args) {
+  std::string model_path;
+  kiln::runtime::ModelOptions options;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (arg == "--disable_optimizer") {
+      options.disable_optimizer = true;
+    } else if (arg.rfind("--tags=", 0) == 0) {
+      options.tags = arg.substr(7);
+    } else if (arg == "--tags" && i + 1 < args.size()) {
+      options.tags = args[++i];
+    } else if (arg.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "kiln inspect: unknown flag %s\n\n%s", arg.c_str(), kUsage);
+      return 2;
+    } else if (model_path.empty()) {
+      model_path = arg;
+    } else {
+      std::fprintf(stderr, "kiln inspect: unexpected argument '%s'\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (model_path.empty()) {
+    std::fprintf(stderr, "kiln inspect: no MODEL given\n\n%s", kUsage);
+    return 2;
+  }
+  auto resolved = kiln::runtime::ResolveModelPath(model_path);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "kiln inspect: %s\n", std::string(resolved.status().message()).c_str());
+    return 1;
+  }
+#ifdef KILN_INSPECT_HAS_SAVED_MODEL
+  if (resolved->format == kiln::runtime::ModelFormat::kSavedModel) {
+    auto summary = kiln::import::DescribeSavedModel(resolved->path);
+    if (summary.ok()) {
+      std::printf("%s\n", kiln::import::FormatSavedModelSummary(*summary).c_str());
+    }
+  }
+#endif
+  auto model = kiln::runtime::Model::Load(model_path, options);
+  if (!model.ok()) {
+    std::fprintf(stderr, "kiln inspect: %s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s", (*model)->Inspect().c_str());
+  return 0;
+}
+
+}  // namespace
+
+KILN_REGISTER_COMMAND("inspect",
+                      "show a model's signatures, ops, optimization log and planned memory",
+                      RunInspectCommand);
