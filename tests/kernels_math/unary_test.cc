@@ -167,8 +167,6 @@ TEST(Unary, PredicatesAndLogic) {
   EXPECT_EQ(BoolValues(Run1("Not", {Bools({1, 0}, {2})})), std::vector<bool>({false, true}));
   EXPECT_EQ(Values<int32_t>(Run1("BitwiseNot", {I32({0, 5, -1})})),
             std::vector<int32_t>({-1, -6, 0}));
-  Tensor id = Run1("Identity", {Tensor::FromVector(std::vector<std::string>{"a", "b"})});
-  EXPECT_EQ(id.data<std::string>()[1], "b");
 }
 
 TEST(Unary, KilnTfHelpers) {

@@ -186,38 +186,6 @@ class ClipKernel : public MathKernel {
   }
 };
 
-// Identity: any dtype (strings too); a copy unless the planner placed it in place.
-class IdentityKernel : public MathKernel {
- public:
-  explicit IdentityKernel(const ir::Node& node) : MathKernel(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    if (ctx.inputs.size() != 1 || !ctx.inputs[0].present()) {
-      return Error("expects exactly one input");
-    }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
-    return absl::OkStatus();
-  }
-  absl::Status Compute(ComputeContext& ctx) const override {
-    const Tensor& in = ctx.inputs[0];
-    Tensor& out = ctx.outputs[0];
-    if (in.raw_data() == out.raw_data()) return absl::OkStatus();
-    if (in.dtype() == DType::kString) {
-      const std::string* s = in.data<std::string>();
-      std::string* d = out.data<std::string>();
-      for (int64_t i = 0; i < in.num_elements(); ++i) d[i] = s[i];
-    } else {
-      const char* s = static_cast<const char*>(in.raw_data());
-      char* d = static_cast<char*>(out.raw_data());
-      const int64_t bytes = static_cast<int64_t>(in.byte_size());
-      ctx.ParallelFor(bytes, 1 << 18, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
-    }
-    return absl::OkStatus();
-  }
-};
-
 // Predicates and bitwise/logical not: IsNaN, IsInf (detect_negative/positive), Not,
 // BitwiseNot.
 enum class PredicateOp { kIsNaN, kIsInf, kNot, kBitwiseNot };
@@ -372,7 +340,7 @@ KILN_UNARY("Shrink", kShrink);
 KILN_REGISTER_KERNEL("kiln", "Rsqrt", UnaryFactory(UnaryOp::kRsqrt));
 KILN_REGISTER_KERNEL("kiln", "Square", UnaryFactory(UnaryOp::kSquare));
 KILN_REGISTER_KERNEL_CLASS("", "Clip", ClipKernel);
-KILN_REGISTER_KERNEL_CLASS("", "Identity", IdentityKernel);
+// Identity is registered with the tensor kernels (tensor_shape.cc).
 KILN_REGISTER_KERNEL("", "IsNaN", [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
   return std::unique_ptr<OpKernel>(new PredicateKernel(n, PredicateOp::kIsNaN));
 });
