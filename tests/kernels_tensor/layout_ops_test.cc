@@ -134,6 +134,10 @@ TEST(LayoutOpsTest, SplitWithLengthsAndEvenly) {
   // Dynamic lengths.
   out = Op("Split", {x, I64({1, 1})}, {{"axis", int64_t{0}}}, {.num_outputs = 2});
   EXPECT_TENSOR_EQ(out[1], F({5, 6, 7, 8, 9}, {1, 5}));
+  // TensorFlow's SplitV: one -1 takes the rest.
+  out = Op("Split", {x, I64({-1, 1})}, {{"axis", int64_t{1}}},
+           {.num_outputs = 2, .constant_inputs = {1}});
+  EXPECT_TENSOR_EQ(out[0], F({0, 1, 2, 3, 5, 6, 7, 8}, {2, 4}));
   EXPECT_FALSE(RunKernel("Split", {x, I64({1, 1})}, {{"axis", int64_t{1}}},
                          {.num_outputs = 2, .constant_inputs = {1}})
                    .ok());

@@ -84,6 +84,15 @@ TEST(ResizeTest, DynamicSizesAndUint8Rounding) {
   EXPECT_TENSOR_EQ(out[0], T1<uint8_t>({0, 85, 170, 255}, {1, 4}));
 }
 
+TEST(ResizeTest, UpsampleIsAsymmetricFloor) {
+  auto out = Op("Upsample", {F({1, 2, 3}, {1, 3}), Scales({1, 1.5f})}, {},
+                {.constant_inputs = {1}});
+  EXPECT_TENSOR_EQ(out[0], F({1, 1, 2, 3}, {1, 4}));
+  out = Op("Upsample", {F({1, 3}, {1, 2}), Scales({1, 2})}, {{"mode", std::string("linear")}},
+           {.constant_inputs = {1}});
+  EXPECT_TENSOR_EQ(out[0], F({1, 2, 3, 3}, {1, 4}));
+}
+
 // ---------------------------------------------------------------------------------------
 Tensor Random(Shape shape, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -504,10 +504,22 @@ class SplitKernel : public TensorKernel {
     if (static_cast<int>(lengths.size()) != num_outputs_) {
       return Error("split has ", lengths.size(), " entries for ", num_outputs_, " outputs");
     }
+    // One -1 takes the rest (TensorFlow's SplitV convention; ONNX exporters never emit it).
     int64_t sum = 0;
-    for (int64_t l : lengths) {
-      if (l < 0) return Error("negative split length ", l);
-      sum += l;
+    int infer = -1;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      if (lengths[i] == -1 && infer < 0) {
+        infer = static_cast<int>(i);
+      } else if (lengths[i] < 0) {
+        return Error("invalid split length ", lengths[i]);
+      } else {
+        sum += lengths[i];
+      }
+    }
+    if (infer >= 0) {
+      if (sum > dim) return Error("split lengths sum to ", sum, ", axis has ", dim);
+      lengths[infer] = dim - sum;
+      sum = dim;
     }
     if (sum != dim) return Error("split lengths sum to ", sum, ", axis has ", dim);
     return lengths;

@@ -105,12 +105,18 @@ class ResizeKernel : public TensorKernel {
     if (mode_ != Mode::kNearest && (dtype == DType::kString || dtype == DType::kBool)) {
       return Error("linear/cubic resize needs a numeric input, got ", DTypeName(dtype));
     }
-    if (!InputPresent(ctx, 2) && !InputPresent(ctx, 3)) return Error("needs scales or sizes");
+    // Resize-10 and Upsample take (X, scales).
+    if (ctx.inputs.size() == 2) scales_input_ = 1;
+    if (!InputPresent(ctx, scales_input_) && !InputPresent(ctx, 3)) {
+      return Error("needs scales or sizes");
+    }
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = dtype;
-    const Tensor* scales = InputPresent(ctx, 2) ? ConstantInput(ctx, 2) : nullptr;
+    const Tensor* scales =
+        InputPresent(ctx, scales_input_) ? ConstantInput(ctx, scales_input_) : nullptr;
     const Tensor* sizes = InputPresent(ctx, 3) ? ConstantInput(ctx, 3) : nullptr;
-    dynamic_ = (InputPresent(ctx, 2) && scales == nullptr) || (InputPresent(ctx, 3) && sizes == nullptr);
+    dynamic_ = (InputPresent(ctx, scales_input_) && scales == nullptr) ||
+               (InputPresent(ctx, 3) && sizes == nullptr);
     if (dynamic_) {
       ctx.output_dynamic[0] = true;
       return absl::OkStatus();
@@ -127,7 +133,8 @@ class ResizeKernel : public TensorKernel {
     const ResizePlan* plan = &plan_;
     ResizePlan dynamic_plan;
     if (dynamic_) {
-      const Tensor* scales = InputPresent(ctx, 2) ? &ctx.inputs[2] : nullptr;
+      const Tensor* scales =
+          InputPresent(ctx, scales_input_) ? &ctx.inputs[scales_input_] : nullptr;
       const Tensor* sizes = InputPresent(ctx, 3) ? &ctx.inputs[3] : nullptr;
       KILN_ASSIGN_OR_RETURN(dynamic_plan, MakePlan(x.shape(), scales, sizes));
       plan = &dynamic_plan;
@@ -425,11 +432,21 @@ class ResizeKernel : public TensorKernel {
   float cubic_a_;
   bool exclude_outside_;
   std::vector<int64_t> axes_attr_;
+  int scales_input_ = 2;
   bool dynamic_ = false;
   ResizePlan plan_;
 };
 
 KILN_REGISTER_KERNEL_CLASS("", "Resize", ResizeKernel);
+// Upsample (deprecated since opset 10): Resize with (X, scales) and asymmetric coordinates.
+KILN_REGISTER_KERNEL(
+    "", "Upsample",
+    [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+      ir::Node copy = node;
+      copy.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+      copy.attrs["nearest_mode"] = std::string("floor");
+      return std::unique_ptr<OpKernel>(new ResizeKernel(copy));
+    });
 
 }  // namespace
 }  // namespace kiln::kernels::tensor_ops
