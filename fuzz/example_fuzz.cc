@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto* s = new ExampleSpec;
     s->features.push_back(FeatureSpec::FixedLen("a", DType::kFloat32, {2}, Tensor::Scalar(0.f)));
     s->features.push_back(FeatureSpec::FixedLen("b", DType::kInt64));
-    s->features.push_back(FeatureSpec::FixedLen("c", DType::kString, {}, Tensor::Scalar(std::string())));
+    s->features.push_back(
+        FeatureSpec::FixedLen("c", DType::kString, {}, Tensor::Scalar(std::string())));
     s->features.push_back(FeatureSpec::VarLen("d", DType::kInt64));
     s->features.push_back(FeatureSpec::VarLen("e", DType::kString));
     s->features.push_back(FeatureSpec::Ragged("f", DType::kFloat32));

@@ -115,7 +115,8 @@ absl::Status ParseFlags(const std::vector<std::string>& args, Flags* flags, bool
     } else if (key == "--peer_script") {
       flags->peer_script = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag for the images experiment: ", arg));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag for the images experiment: ", arg));
     }
   }
   if (flags->images < 1 || flags->shards < 1 || flags->epochs < 1 || flags->batch_size < 1) {
@@ -166,7 +167,8 @@ Tensor SynthesizeImage(int64_t index) {
       }
       for (const Blob& b : blobs) {
         const float dx = (x - b.cx) / b.rx, dy = (y - b.cy) / b.ry;
-        const bool inside = b.ellipse ? dx * dx + dy * dy < 1 : std::abs(dx) < 1 && std::abs(dy) < 1;
+        const bool inside =
+            b.ellipse ? dx * dx + dy * dy < 1 : std::abs(dx) < 1 && std::abs(dy) < 1;
         if (inside) {
           for (int c = 0; c < 3; ++c) rgb[c] = 0.3f * rgb[c] + 0.7f * b.color[c];
         }
@@ -234,9 +236,8 @@ absl::Status EnsureDataSet(const Flags& flags, bool* generated) {
   });
   for (const absl::Status& s : errors) KILN_RETURN_IF_ERROR(s);
   for (int64_t shard = 0; shard < flags.shards; ++shard) {
-    KILN_ASSIGN_OR_RETURN(auto writer,
-                          data::formats::RecordWriter::Open(ShardPath(flags, shard),
-                                                            Compression::kNone));
+    KILN_ASSIGN_OR_RETURN(auto writer, data::formats::RecordWriter::Open(ShardPath(flags, shard),
+                                                                         Compression::kNone));
     for (int64_t i = shard; i < flags.images; i += flags.shards) {
       tensorflow::Example example;
       auto& features = *example.mutable_features()->mutable_feature();
@@ -369,10 +370,10 @@ struct PeerResult {
 };
 
 absl::StatusOr<PeerResult> RunPeer(const Flags& flags, int cores) {
-  const std::string command = absl::StrCat(
-      flags.peer_python, " ", flags.peer_script, " --data_dir=", flags.data_dir, "/jpeg",
-      " --batch_size=", flags.batch_size, " --epochs=", flags.epochs, " --workers=", cores,
-      " --size=", kImageSize, " 2>&1");
+  const std::string command =
+      absl::StrCat(flags.peer_python, " ", flags.peer_script, " --data_dir=", flags.data_dir,
+                   "/jpeg", " --batch_size=", flags.batch_size, " --epochs=", flags.epochs,
+                   " --workers=", cores, " --size=", kImageSize, " 2>&1");
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
   std::string output;
@@ -399,7 +400,8 @@ absl::StatusOr<PeerResult> RunPeer(const Flags& flags, int cores) {
     if (number_after("peak_rss_bytes", &rss)) result.peak_rss_bytes = static_cast<int64_t>(rss);
   }
   if (rc != 0 || !found) {
-    return absl::InternalError(absl::StrCat("peer failed (exit ", rc, "): ", command, "\n", output));
+    return absl::InternalError(
+        absl::StrCat("peer failed (exit ", rc, "): ", command, "\n", output));
   }
   return result;
 }
@@ -434,12 +436,13 @@ int RunImagesExperiment(const std::vector<std::string>& args, bool json) {
   const int64_t generate_start = NowNanos();
   if (absl::Status s = EnsureDataSet(flags, &generated); !s.ok()) return fail(s);
   if (!json) {
-    std::printf("images: %lld JPEG images (200x200 to 500x400, quality 90) in %lld shards in %s%s\n",
-                static_cast<long long>(flags.images), static_cast<long long>(flags.shards),
-                flags.data_dir.c_str(),
-                generated ? absl::StrFormat(" (written in %.1f s)",
-                                            (NowNanos() - generate_start) * 1e-9).c_str()
-                          : " (reused)");
+    std::printf(
+        "images: %lld JPEG images (200x200 to 500x400, quality 90) in %lld shards in %s%s\n",
+        static_cast<long long>(flags.images), static_cast<long long>(flags.shards),
+        flags.data_dir.c_str(),
+        generated
+            ? absl::StrFormat(" (written in %.1f s)", (NowNanos() - generate_start) * 1e-9).c_str()
+            : " (reused)");
     std::fflush(stdout);
   }
 
@@ -489,25 +492,24 @@ int RunImagesExperiment(const std::vector<std::string>& args, bool json) {
           peer->cpu_ms_per_image, cores);
     }
   } else {
-    std::printf("%-14s %12s %10s %14s %12s\n", "pipeline", "images/s", "seconds",
-                "peak RSS MiB", "CPU ms/img");
-    std::printf("%-14s %12.1f %10.3f %14.1f %12.3f\n", "images/kiln", kiln_rate,
-                pipeline->seconds, peak_rss / 1048576.0, pipeline_cpu_per_image * 1e3);
+    std::printf("%-14s %12s %10s %14s %12s\n", "pipeline", "images/s", "seconds", "peak RSS MiB",
+                "CPU ms/img");
+    std::printf("%-14s %12.1f %10.3f %14.1f %12.3f\n", "images/kiln", kiln_rate, pipeline->seconds,
+                peak_rss / 1048576.0, pipeline_cpu_per_image * 1e3);
     std::printf("%-14s %12.1f %10s %14s %12.3f   (%.1f images/s on one thread x %d cores)\n",
                 "images/bound", bound, "-", "-", single_cpu_per_image * 1e3, *single, cores);
     if (peer) {
-      std::printf("%-14s %12.1f %10.3f %14.1f %12.3f   (DataLoader, %d workers)\n",
-                  "images/torch", peer->images_per_second, peer->seconds,
-                  peer->peak_rss_bytes / 1048576.0, peer->cpu_ms_per_image, cores);
+      std::printf("%-14s %12.1f %10.3f %14.1f %12.3f   (DataLoader, %d workers)\n", "images/torch",
+                  peer->images_per_second, peer->seconds, peer->peak_rss_bytes / 1048576.0,
+                  peer->cpu_ms_per_image, cores);
     }
-    std::printf("kiln: %.1f%% of bound%s; bottleneck stage: %s; buffers peaked at %.1f MiB "
-                "(RAM budget %.0f MiB)\n",
-                100 * kiln_rate / bound,
-                peer ? absl::StrFormat(", %.2fx PyTorch", kiln_rate / peer->images_per_second)
-                           .c_str()
-                     : "",
-                pipeline->bottleneck.c_str(), pipeline->peak_buffered_bytes / 1048576.0,
-                pipeline->ram_budget_bytes / 1048576.0);
+    std::printf(
+        "kiln: %.1f%% of bound%s; bottleneck stage: %s; buffers peaked at %.1f MiB "
+        "(RAM budget %.0f MiB)\n",
+        100 * kiln_rate / bound,
+        peer ? absl::StrFormat(", %.2fx PyTorch", kiln_rate / peer->images_per_second).c_str() : "",
+        pipeline->bottleneck.c_str(), pipeline->peak_buffered_bytes / 1048576.0,
+        pipeline->ram_budget_bytes / 1048576.0);
   }
   return 0;
 }

@@ -39,7 +39,7 @@ inline uint64_t LoadLE64(const char* p) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const char* data,
-                                                            size_t n) {
+                                                          size_t n) {
   uint64_t state = ~crc;
   const char* p = data;
   const char* end = data + n;

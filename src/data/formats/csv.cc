@@ -17,8 +17,8 @@ absl::Status CsvError(const std::string& location, absl::string_view message) {
 absl::StatusOr<Tensor> ConvertField(absl::string_view field, DType dtype, int column,
                                     const std::string& location) {
   auto bad = [&]() {
-    return CsvError(location, absl::StrCat("column ", column, " is not a valid ",
-                                           DTypeName(dtype), ": \"", field, "\""));
+    return CsvError(location, absl::StrCat("column ", column, " is not a valid ", DTypeName(dtype),
+                                           ": \"", field, "\""));
   };
   switch (dtype) {
     case DType::kInt32: {
@@ -44,9 +44,9 @@ absl::StatusOr<Tensor> ConvertField(absl::string_view field, DType dtype, int co
     case DType::kString:
       return Tensor::Scalar(std::string(field));
     default:
-      return CsvError(location, absl::StrCat("column ", column, " has unsupported type ",
-                                             DTypeName(dtype),
-                                             " (int32, int64, float, double or string)"));
+      return CsvError(location,
+                      absl::StrCat("column ", column, " has unsupported type ", DTypeName(dtype),
+                                   " (int32, int64, float, double or string)"));
   }
 }
 
@@ -63,7 +63,8 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
                                              " columns but record_defaults has ", num_outputs));
     }
     for (size_t i = 0; i < options.select_cols.size(); ++i) {
-      if (options.select_cols[i] < 0 || (i > 0 && options.select_cols[i] <= options.select_cols[i - 1])) {
+      if (options.select_cols[i] < 0 ||
+          (i > 0 && options.select_cols[i] <= options.select_cols[i - 1])) {
         return CsvError(location, "select_cols must be non-negative and strictly increasing");
       }
     }
@@ -86,7 +87,8 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
       size_t i = pos + 1;
       while (true) {
         if (i >= record.size()) {
-          return CsvError(location, absl::StrCat("column ", column, ": quoted field is not closed"));
+          return CsvError(location,
+                          absl::StrCat("column ", column, ": quoted field is not closed"));
         }
         if (record[i] == '"') {
           if (i + 1 < record.size() && record[i + 1] == '"') {
@@ -110,9 +112,9 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
       if (end == absl::string_view::npos) end = record.size();
       field = record.substr(pos, end - pos);
       if (options.use_quote_delim && field.find('"') != absl::string_view::npos) {
-        return CsvError(location, absl::StrCat("column ", column,
-                                               ": unquoted field contains a quote: \"", field,
-                                               "\""));
+        return CsvError(
+            location,
+            absl::StrCat("column ", column, ": unquoted field contains a quote: \"", field, "\""));
       }
       pos = end;
     }
@@ -122,27 +124,27 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
       ++pos;  // the delimiter
     }
 
-    const bool selected = options.select_cols.empty()
-                              ? true
-                              : (next_output < num_outputs &&
-                                 options.select_cols[next_output] == column);
+    const bool selected =
+        options.select_cols.empty()
+            ? true
+            : (next_output < num_outputs && options.select_cols[next_output] == column);
     if (selected) {
       if (next_output >= num_outputs) {
-        return CsvError(location, absl::StrCat("expected ", num_outputs,
-                                               " fields but the record has more"));
+        return CsvError(location,
+                        absl::StrCat("expected ", num_outputs, " fields but the record has more"));
       }
       const Tensor& fallback = record_defaults[next_output];
-      const bool empty = field.empty() || (!quoted && !options.na_value.empty() &&
-                                           field == options.na_value);
+      const bool empty =
+          field.empty() || (!quoted && !options.na_value.empty() && field == options.na_value);
       if (empty) {
         if (fallback.num_elements() == 0) {
-          return CsvError(location, absl::StrCat("column ", column,
-                                                 " is required but the field is empty"));
+          return CsvError(location,
+                          absl::StrCat("column ", column, " is required but the field is empty"));
         }
         if (fallback.num_elements() != 1) {
-          return CsvError(location, absl::StrCat("record_defaults[", next_output,
-                                                 "] must hold 0 or 1 values, not ",
-                                                 fallback.num_elements()));
+          return CsvError(location,
+                          absl::StrCat("record_defaults[", next_output,
+                                       "] must hold 0 or 1 values, not ", fallback.num_elements()));
         }
         KILN_ASSIGN_OR_RETURN(Tensor value, fallback.Reshape(Shape{}));
         out.push_back(std::move(value));
@@ -157,10 +159,11 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
     if (!options.select_cols.empty() && next_output == num_outputs) break;  // rest unused
   }
   if (next_output < num_outputs) {
-    return CsvError(location, absl::StrCat("expected ", options.select_cols.empty()
-                                                            ? num_outputs
-                                                            : options.select_cols.back() + 1,
-                                           " fields but the record has ", column));
+    return CsvError(
+        location,
+        absl::StrCat("expected ",
+                     options.select_cols.empty() ? num_outputs : options.select_cols.back() + 1,
+                     " fields but the record has ", column));
   }
   return out;
 }
@@ -168,8 +171,7 @@ absl::StatusOr<std::vector<Tensor>> ParseCsvRecord(absl::string_view record,
 absl::StatusOr<std::unique_ptr<CsvReader>> CsvReader::Open(const std::string& path,
                                                            Compression compression,
                                                            std::vector<Tensor> record_defaults,
-                                                           CsvOptions options,
-                                                           size_t buffer_size) {
+                                                           CsvOptions options, size_t buffer_size) {
   KILN_ASSIGN_OR_RETURN(auto lines, LineReader::Open(path, compression, buffer_size));
   return std::unique_ptr<CsvReader>(
       new CsvReader(std::move(lines), std::move(record_defaults), std::move(options)));

@@ -290,26 +290,39 @@ void CopyValues(const FoundFeature& f, std::string* out) {
 
 void CopyFeatureValues(const FoundFeature& f, DType dtype, const Tensor& out, int64_t offset) {
   switch (dtype) {
-    case DType::kFloat32: CopyValues(f, out.data<float>() + offset); break;
-    case DType::kInt64: CopyValues(f, out.data<int64_t>() + offset); break;
-    default: CopyValues(f, out.data<std::string>() + offset); break;
+    case DType::kFloat32:
+      CopyValues(f, out.data<float>() + offset);
+      break;
+    case DType::kInt64:
+      CopyValues(f, out.data<int64_t>() + offset);
+      break;
+    default:
+      CopyValues(f, out.data<std::string>() + offset);
+      break;
   }
 }
 
 uint32_t ListKindOf(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return kFloatList;
-    case DType::kInt64: return kInt64List;
-    default: return kBytesList;
+    case DType::kFloat32:
+      return kFloatList;
+    case DType::kInt64:
+      return kInt64List;
+    default:
+      return kBytesList;
   }
 }
 
 absl::string_view ListKindName(uint32_t kind) {
   switch (kind) {
-    case kBytesList: return "bytes_list (string)";
-    case kFloatList: return "float_list (float)";
-    case kInt64List: return "int64_list (int64)";
-    default: return "no list";
+    case kBytesList:
+      return "bytes_list (string)";
+    case kFloatList:
+      return "float_list (float)";
+    case kInt64List:
+      return "int64_list (int64)";
+    default:
+      return "no list";
   }
 }
 
@@ -375,9 +388,9 @@ absl::Status ExampleSpec::Validate() const {
           absl::StrCat("parse_example: feature \"", f.key, "\" appears twice in the spec"));
     }
     if (f.dtype != DType::kFloat32 && f.dtype != DType::kInt64 && f.dtype != DType::kString) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parse_example: feature \"", f.key, "\" has dtype ", DTypeName(f.dtype),
-                       "; tf.Example holds float, int64 or string"));
+      return absl::InvalidArgumentError(absl::StrCat("parse_example: feature \"", f.key,
+                                                     "\" has dtype ", DTypeName(f.dtype),
+                                                     "; tf.Example holds float, int64 or string"));
     }
     if (f.kind != FeatureSpec::Kind::kFixedLen) continue;
     for (int64_t d : f.shape.dims()) {
@@ -393,8 +406,7 @@ absl::Status ExampleSpec::Validate() const {
           (d.num_elements() != f.shape.num_elements() && d.num_elements() != 1)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "parse_example: default of feature \"", f.key, "\" is ", DTypeName(d.dtype()),
-            d.shape().ToString(), " but the feature is ", DTypeName(f.dtype),
-            f.shape.ToString()));
+            d.shape().ToString(), " but the feature is ", DTypeName(f.dtype), f.shape.ToString()));
       }
     }
   }
@@ -430,17 +442,17 @@ absl::StatusOr<std::vector<Tensor>> ParseExamples(const Tensor& serialized,
       FoundFeature& f = row[i];
       if (!f.present) continue;
       if (!ResolveFeature(&f)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parse_example: ", Where(fs, e, batch), " is not a valid serialized tf.Feature"));
+        return absl::InvalidArgumentError(absl::StrCat("parse_example: ", Where(fs, e, batch),
+                                                       " is not a valid serialized tf.Feature"));
       }
       if (f.kind == 0) {
         f.present = false;  // an empty Feature counts as absent, as in TensorFlow
         continue;
       }
       if (f.kind != ListKindOf(fs.dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parse_example: ", Where(fs, e, batch), " holds ", ListKindName(f.kind),
-            " but the spec expects ", DTypeName(fs.dtype)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("parse_example: ", Where(fs, e, batch), " holds ", ListKindName(f.kind),
+                         " but the spec expects ", DTypeName(fs.dtype)));
       }
       if (fs.kind == FeatureSpec::Kind::kFixedLen && f.count != fs.shape.num_elements()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -465,9 +477,9 @@ absl::StatusOr<std::vector<Tensor>> ParseExamples(const Tensor& serialized,
           continue;
         }
         if (!fs.default_value.has_value()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("parse_example: required ", Where(fs, e, batch),
-                           " is missing (no default_value given)"));
+          return absl::InvalidArgumentError(absl::StrCat("parse_example: required ",
+                                                         Where(fs, e, batch),
+                                                         " is missing (no default_value given)"));
         }
         const Tensor& d = *fs.default_value;
         VisitDType(fs.dtype, [&](auto tag) {

@@ -26,9 +26,9 @@ MapFn ReplaceComponent(Component component, std::string op,
 }
 
 // Decodes one image or a vector of them (stacked; all must have one shape).
-absl::StatusOr<Tensor> DecodeImages(const Tensor& input, absl::string_view op,
-                                    const std::function<absl::StatusOr<Tensor>(
-                                        absl::string_view)>& decode) {
+absl::StatusOr<Tensor> DecodeImages(
+    const Tensor& input, absl::string_view op,
+    const std::function<absl::StatusOr<Tensor>(absl::string_view)>& decode) {
   if (input.dtype() != DType::kString || input.rank() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": expected a string scalar or vector, got ",
                                                    DTypeName(input.dtype()),
@@ -38,8 +38,7 @@ absl::StatusOr<Tensor> DecodeImages(const Tensor& input, absl::string_view op,
   if (input.rank() == 0) return decode(bytes[0]);
   const int64_t n = input.dim(0);
   if (n == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": empty batch (image shape unknown)"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": empty batch (image shape unknown)"));
   }
   Tensor out;
   size_t image_bytes = 0;
@@ -52,10 +51,10 @@ absl::StatusOr<Tensor> DecodeImages(const Tensor& input, absl::string_view op,
       out = Tensor(image->dtype(), shape);
       image_bytes = image->byte_size();
     } else if (image->shape() != out.SubTensor(0).shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": batch element ", i, " has shape ", image->shape().ToString(),
-          " but element 0 has ", out.SubTensor(0).shape().ToString(),
-          "; images in a batch must have one size (resize before batching)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": batch element ", i, " has shape ", image->shape().ToString(),
+                       " but element 0 has ", out.SubTensor(0).shape().ToString(),
+                       "; images in a batch must have one size (resize before batching)"));
     }
     std::memcpy(static_cast<char*>(out.raw_data()) + i * image_bytes, image->raw_data(),
                 image_bytes);
@@ -78,11 +77,12 @@ absl::StatusOr<int> Component::Resolve(const Element& element) const {
   if (index < 0) {
     std::string known;
     if (element.names) {
-      for (const auto& n : *element.names) absl::StrAppend(&known, known.empty() ? "" : ", ", "\"", n, "\"");
+      for (const auto& n : *element.names)
+        absl::StrAppend(&known, known.empty() ? "" : ", ", "\"", n, "\"");
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "component \"", name_, "\" does not exist; the element has ",
-        known.empty() ? "no names" : absl::StrCat("components ", known)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("component \"", name_, "\" does not exist; the element has ",
+                     known.empty() ? "no names" : absl::StrCat("components ", known)));
   }
   return index;
 }
@@ -107,8 +107,7 @@ MapFn ParseExampleFn(ExampleSpec spec, Component input) {
   state->spec = std::move(spec);
   return [state, input = std::move(input)](Element element) -> absl::StatusOr<Element> {
     KILN_ASSIGN_OR_RETURN(int index, input.Resolve(element));
-    absl::StatusOr<std::vector<Tensor>> parsed =
-        ParseExamples(element.tensors[index], state->spec);
+    absl::StatusOr<std::vector<Tensor>> parsed = ParseExamples(element.tensors[index], state->spec);
     if (!parsed.ok()) {
       return Annotate(parsed.status(),
                       absl::StrCat("parse_example on component ", input.ToString()));
@@ -158,9 +157,8 @@ MapFn DecodeJpegFn(Component input, JpegDecodeOptions options) {
 
 MapFn DecodePngFn(Component input, int channels, DType dtype) {
   return ReplaceComponent(std::move(input), "decode_png", [channels, dtype](const Tensor& t) {
-    return DecodeImages(t, "decode_png", [&](absl::string_view bytes) {
-      return DecodePng(bytes, channels, dtype);
-    });
+    return DecodeImages(t, "decode_png",
+                        [&](absl::string_view bytes) { return DecodePng(bytes, channels, dtype); });
   });
 }
 
@@ -183,9 +181,8 @@ MapFn CastFn(Component input, DType dtype) {
 }
 
 MapFn OneHotFn(Component input, int64_t depth, float on, float off) {
-  return ReplaceComponent(std::move(input), "one_hot", [depth, on, off](const Tensor& t) {
-    return OneHot(t, depth, on, off);
-  });
+  return ReplaceComponent(std::move(input), "one_hot",
+                          [depth, on, off](const Tensor& t) { return OneHot(t, depth, on, off); });
 }
 
 MapFn Chain(std::vector<MapFn> functions) {

@@ -1,6 +1,7 @@
 #include "kiln/data/formats/image.h"
 
-// clang-format off: jpeglib.h needs <cstdio> first.
+// jpeglib.h needs <cstdio> before it.
+// clang-format off
 #include <cstdio>
 #include <jpeglib.h>
 #include <jerror.h>
@@ -99,8 +100,7 @@ bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, T
     if (error.truncated) break;
   }
   if (error.truncated) {
-    std::snprintf(error.message, sizeof(error.message),
-                  "JPEG data ends early (truncated file)");
+    std::snprintf(error.message, sizeof(error.message), "JPEG data ends early (truncated file)");
     std::longjmp(error.jump, 1);
   }
   jpeg_finish_decompress(&cinfo);
@@ -270,8 +270,7 @@ struct Interpolation {
 };
 
 // TensorFlow's compute_interpolation_weights with HalfPixelScaler.
-std::vector<Interpolation> InterpolationWeights(int64_t out_size, int64_t in_size,
-                                                int64_t stride) {
+std::vector<Interpolation> InterpolationWeights(int64_t out_size, int64_t in_size, int64_t stride) {
   const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
   std::vector<Interpolation> weights(out_size);
   for (int64_t i = 0; i < out_size; ++i) {
@@ -338,7 +337,9 @@ void ResizeImage(const T* in, int64_t in_w, int64_t c, float* out,
     const T* src = in + offset;
     for (int64_t i = 0; i < in_row; ++i) converted[i] = static_cast<float>(src[i]);
     switch (c) {
-      case 1: InterpolateRow<1>(converted, c, xs, dst); break;
+      case 1:
+        InterpolateRow<1>(converted, c, xs, dst);
+        break;
       case 3:
 #if defined(__SSE2__)
         InterpolateRowRgb(converted, xs, dst);
@@ -346,8 +347,12 @@ void ResizeImage(const T* in, int64_t in_w, int64_t c, float* out,
         InterpolateRow<3>(converted, c, xs, dst);
 #endif
         break;
-      case 4: InterpolateRow<4>(converted, c, xs, dst); break;
-      default: InterpolateRow<0>(converted, c, xs, dst); break;
+      case 4:
+        InterpolateRow<4>(converted, c, xs, dst);
+        break;
+      default:
+        InterpolateRow<0>(converted, c, xs, dst);
+        break;
     }
   };
   for (const Interpolation& y : ys) {
@@ -424,9 +429,8 @@ absl::StatusOr<Tensor> DecodeJpeg(absl::string_view bytes, const JpegDecodeOptio
         absl::StrCat("decode_jpeg: channels must be 0, 1 or 3, not ", options.channels));
   }
   if (!LooksLikeJpeg(bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("decode_jpeg: input is not a JPEG (",
-                                                   bytes.size(), " bytes, ", FirstBytes(bytes),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode_jpeg: input is not a JPEG (", bytes.size(), " bytes, ", FirstBytes(bytes), ")"));
   }
   Tensor out;
   std::string message;
@@ -447,9 +451,8 @@ absl::StatusOr<Tensor> DecodePng(absl::string_view bytes, int channels, DType dt
         absl::StrCat("decode_png: dtype must be uint8 or uint16, not ", DTypeName(dtype)));
   }
   if (!LooksLikePng(bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("decode_png: input is not a PNG (",
-                                                   bytes.size(), " bytes, ", FirstBytes(bytes),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat("decode_png: input is not a PNG (", bytes.size(),
+                                                   " bytes, ", FirstBytes(bytes), ")"));
   }
   Tensor out;
   std::vector<png_bytep> rows;
@@ -497,9 +500,9 @@ absl::StatusOr<std::string> EncodePng(const Tensor& image) {
 
 absl::StatusOr<Tensor> ResizeBilinear(const Tensor& images, int64_t height, int64_t width) {
   if (images.rank() != 3 && images.rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resize: expected an image [h, w, c] or a batch [n, h, w, c], got shape ",
-        images.shape().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resize: expected an image [h, w, c] or a batch [n, h, w, c], got shape ",
+                     images.shape().ToString()));
   }
   if (height <= 0 || width <= 0) {
     return absl::InvalidArgumentError(
@@ -516,15 +519,25 @@ absl::StatusOr<Tensor> ResizeBilinear(const Tensor& images, int64_t height, int6
   }
   Tensor out(DType::kFloat32, batch ? Shape{n, height, width, c} : Shape{height, width, c});
   switch (images.dtype()) {
-    case DType::kUInt8: ResizeBatch<uint8_t>(images, n, h, w, c, &out, height, width); break;
-    case DType::kUInt16: ResizeBatch<uint16_t>(images, n, h, w, c, &out, height, width); break;
-    case DType::kInt32: ResizeBatch<int32_t>(images, n, h, w, c, &out, height, width); break;
-    case DType::kFloat32: ResizeBatch<float>(images, n, h, w, c, &out, height, width); break;
-    case DType::kFloat64: ResizeBatch<double>(images, n, h, w, c, &out, height, width); break;
+    case DType::kUInt8:
+      ResizeBatch<uint8_t>(images, n, h, w, c, &out, height, width);
+      break;
+    case DType::kUInt16:
+      ResizeBatch<uint16_t>(images, n, h, w, c, &out, height, width);
+      break;
+    case DType::kInt32:
+      ResizeBatch<int32_t>(images, n, h, w, c, &out, height, width);
+      break;
+    case DType::kFloat32:
+      ResizeBatch<float>(images, n, h, w, c, &out, height, width);
+      break;
+    case DType::kFloat64:
+      ResizeBatch<double>(images, n, h, w, c, &out, height, width);
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "resize: unsupported dtype ", DTypeName(images.dtype()),
-          " (uint8, uint16, int32, float or double)"));
+      return absl::InvalidArgumentError(absl::StrCat("resize: unsupported dtype ",
+                                                     DTypeName(images.dtype()),
+                                                     " (uint8, uint16, int32, float or double)"));
   }
   return out;
 }
@@ -540,8 +553,7 @@ absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> m
   auto check = [&](absl::Span<const float> values, const char* what) -> absl::Status {
     if (values.size() == 1 || static_cast<int64_t>(values.size()) == c) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("normalize: ", what, " has ", values.size(),
-                                                   " values but the images have ", c,
-                                                   " channels"));
+                                                   " values but the images have ", c, " channels"));
   };
   KILN_RETURN_IF_ERROR(check(mean, "mean"));
   KILN_RETURN_IF_ERROR(check(stddev, "stddev"));
@@ -553,8 +565,8 @@ absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> m
     m[j] = mean.size() == 1 ? mean[0] : mean[j % c];
     s[j] = stddev.size() == 1 ? stddev[0] : stddev[j % c];
   }
-  const bool in_place = images.dtype() == DType::kFloat32 && images.buffer() &&
-                        images.buffer().use_count() == 1;
+  const bool in_place =
+      images.dtype() == DType::kFloat32 && images.buffer() && images.buffer().use_count() == 1;
   Tensor out = in_place ? images : Tensor(DType::kFloat32, images.shape());
   const int64_t n = c == 0 ? 0 : images.num_elements();
   float* dst = out.data<float>();
@@ -579,11 +591,10 @@ absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> m
 }
 
 absl::StatusOr<Tensor> Cast(const Tensor& input, DType dtype) {
-  if (input.dtype() == DType::kString || dtype == DType::kString ||
-      dtype == DType::kInvalid || !input.valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("cast: cannot cast ",
-                                                   DTypeName(input.dtype()), " to ",
-                                                   DTypeName(dtype)));
+  if (input.dtype() == DType::kString || dtype == DType::kString || dtype == DType::kInvalid ||
+      !input.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cast: cannot cast ", DTypeName(input.dtype()), " to ", DTypeName(dtype)));
   }
   if (input.dtype() == dtype) return input;
   Tensor out(dtype, input.shape());
@@ -605,8 +616,8 @@ absl::StatusOr<Tensor> Cast(const Tensor& input, DType dtype) {
 absl::StatusOr<Tensor> OneHot(const Tensor& indices, int64_t depth, float on, float off,
                               DType dtype) {
   if (!IsInteger(indices.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat("one_hot: indices must be integers, got ",
-                                                   DTypeName(indices.dtype())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("one_hot: indices must be integers, got ", DTypeName(indices.dtype())));
   }
   if (depth < 0) {
     return absl::InvalidArgumentError(absl::StrCat("one_hot: depth must be >= 0, got ", depth));

@@ -28,15 +28,18 @@ absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
   if (name.empty() || name == "NONE") return Compression::kNone;
   if (name == "GZIP") return Compression::kGzip;
   if (name == "ZLIB") return Compression::kZlib;
-  return absl::InvalidArgumentError(absl::StrCat("unknown compression type \"", name,
-                                                 "\" (expected \"\", NONE, GZIP or ZLIB)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown compression type \"", name, "\" (expected \"\", NONE, GZIP or ZLIB)"));
 }
 
 absl::string_view CompressionName(Compression compression) {
   switch (compression) {
-    case Compression::kNone: return "NONE";
-    case Compression::kGzip: return "GZIP";
-    case Compression::kZlib: return "ZLIB";
+    case Compression::kNone:
+      return "NONE";
+    case Compression::kGzip:
+      return "GZIP";
+    case Compression::kZlib:
+      return "ZLIB";
   }
   return "NONE";
 }
@@ -97,9 +100,8 @@ absl::StatusOr<size_t> InputStream::ReadRaw(char* dst, size_t n) {
     const ssize_t got = ::read(fd_, dst + total, n - total);
     if (got < 0) {
       if (errno == EINTR) continue;
-      return absl::DataLossError(
-          absl::StrCat("read error in ", name_, " at byte offset ", raw_position_ + total, ": ",
-                       std::strerror(errno)));
+      return absl::DataLossError(absl::StrCat("read error in ", name_, " at byte offset ",
+                                              raw_position_ + total, ": ", std::strerror(errno)));
     }
     if (got == 0) break;
     total += static_cast<size_t>(got);
@@ -295,7 +297,8 @@ absl::Status OutputStream::WriteRaw(const char* data, size_t n) {
     const ssize_t wrote = ::write(fd_, data, n);
     if (wrote < 0) {
       if (errno == EINTR) continue;
-      return absl::DataLossError(absl::StrCat("write to ", path_, " failed: ", std::strerror(errno)));
+      return absl::DataLossError(
+          absl::StrCat("write to ", path_, " failed: ", std::strerror(errno)));
     }
     data += wrote;
     n -= static_cast<size_t>(wrote);
@@ -346,7 +349,8 @@ absl::Status OutputStream::Close() {
   absl::Status status = Flush();
   if (status.ok() && zlib_) status = Deflate(nullptr, 0, Z_FINISH);
   if (::close(fd_) != 0 && status.ok()) {
-    status = absl::DataLossError(absl::StrCat("close of ", path_, " failed: ", std::strerror(errno)));
+    status =
+        absl::DataLossError(absl::StrCat("close of ", path_, " failed: ", std::strerror(errno)));
   }
   fd_ = -1;
   return status;

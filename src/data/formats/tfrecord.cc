@@ -42,13 +42,13 @@ absl::StatusOr<std::unique_ptr<RecordReader>> RecordReader::Open(const std::stri
 
 std::unique_ptr<RecordReader> RecordReader::FromString(std::string data, Compression compression,
                                                        std::string name) {
-  return std::unique_ptr<RecordReader>(new RecordReader(
-      InputStream::FromString(std::move(data), compression, std::move(name))));
+  return std::unique_ptr<RecordReader>(
+      new RecordReader(InputStream::FromString(std::move(data), compression, std::move(name))));
 }
 
 absl::Status RecordReader::Corrupt(absl::string_view what) const {
-  return absl::DataLossError(absl::StrCat(what, " in TFRecord file ", stream_->name(),
-                                          " at byte offset ", offset_));
+  return absl::DataLossError(
+      absl::StrCat(what, " in TFRecord file ", stream_->name(), " at byte offset ", offset_));
 }
 
 absl::Status RecordReader::Read(std::string* record) {

@@ -1,9 +1,10 @@
+#include "kiln/data/formats/csv.h"
+
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "kiln/data/formats/csv.h"
 
 namespace kiln::data::formats {
 namespace {
@@ -75,16 +76,17 @@ TEST(CsvTest, ErrorsNameLocationAndColumn) {
   EXPECT_FALSE(ParseCsvRecord(R"("open,x)", strings, {}, "q:1").ok());
   EXPECT_FALSE(ParseCsvRecord(R"("a"b,x)", strings, {}, "q:1").ok());
   EXPECT_FALSE(ParseCsvRecord(R"(a"b,x)", strings, {}, "q:1").ok());
-  EXPECT_FALSE(ParseCsvRecord("2147483648,x", {Required(DType::kInt32), Required(DType::kString)},
-                              {}, "q:1").ok());
+  EXPECT_FALSE(
+      ParseCsvRecord("2147483648,x", {Required(DType::kInt32), Required(DType::kString)}, {}, "q:1")
+          .ok());
 }
 
 TEST(CsvTest, ReaderSkipsHeaderAndJoinsQuotedLineBreaks) {
   CsvOptions options;
   options.header = true;
-  auto reader = CsvReader::FromString("id,text\r\n1,\"two\nlines\"\n2,plain\n3,\"broken\n",
-                                      {Required(DType::kInt64), Required(DType::kString)},
-                                      options, "r.csv");
+  auto reader =
+      CsvReader::FromString("id,text\r\n1,\"two\nlines\"\n2,plain\n3,\"broken\n",
+                            {Required(DType::kInt64), Required(DType::kString)}, options, "r.csv");
   std::vector<Tensor> row;
   ASSERT_TRUE(reader->Read(&row).ok());
   EXPECT_EQ(*row[1].data<std::string>(), "two\nlines");

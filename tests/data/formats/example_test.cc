@@ -1,10 +1,11 @@
+#include "kiln/data/formats/example.h"
+
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "kiln/data/formats/example.h"
 #include "kiln/data/formats/functions.h"
 #include "tensorflow/core/example/example.pb.h"
 
@@ -29,7 +30,8 @@ Tensor Strings(const std::vector<std::string>& values) { return Tensor::FromVect
 
 ExampleSpec MixedSpec() {
   ExampleSpec spec;
-  spec.features.push_back(FeatureSpec::FixedLen("score", DType::kFloat32, {}, Tensor::Scalar(-1.f)));
+  spec.features.push_back(
+      FeatureSpec::FixedLen("score", DType::kFloat32, {}, Tensor::Scalar(-1.f)));
   spec.features.push_back(FeatureSpec::VarLen("ids", DType::kInt64));
   spec.features.push_back(FeatureSpec::FixedLen("name", DType::kString));
   spec.features.push_back(FeatureSpec::FixedLen("vec", DType::kFloat32, {2}));
@@ -38,10 +40,10 @@ ExampleSpec MixedSpec() {
 }
 
 TEST(ParseExampleTest, OutputNamesInDocumentedOrder) {
-  EXPECT_EQ(MixedSpec().OutputNames(),
-            (std::vector<std::string>{"score", "ids/indices", "ids/values", "ids/dense_shape",
-                                      "name", "vec", "ids_ragged/values",
-                                      "ids_ragged/row_splits"}));
+  EXPECT_EQ(
+      MixedSpec().OutputNames(),
+      (std::vector<std::string>{"score", "ids/indices", "ids/values", "ids/dense_shape", "name",
+                                "vec", "ids_ragged/values", "ids_ragged/row_splits"}));
 }
 
 TEST(ParseExampleTest, SingleExample) {
@@ -63,7 +65,8 @@ TEST(ParseExampleTest, SingleExample) {
 
 TEST(ParseExampleTest, BatchWithDefaultsSparseAndRagged) {
   ExampleSpec spec;
-  spec.features.push_back(FeatureSpec::FixedLen("score", DType::kFloat32, {}, Tensor::Scalar(-1.f)));
+  spec.features.push_back(
+      FeatureSpec::FixedLen("score", DType::kFloat32, {}, Tensor::Scalar(-1.f)));
   spec.features.push_back(FeatureSpec::VarLen("ids", DType::kInt64));
   spec.features.push_back(FeatureSpec::Ragged("name", DType::kString));
   Tensor batch = Strings({MakeExample(1.f, {1, 2}, "a", {}), MakeExample(0, {}, "b", {}, false),
@@ -81,7 +84,8 @@ TEST(ParseExampleTest, BatchWithDefaultsSparseAndRagged) {
 
 TEST(ParseExampleTest, FixedLenMatrixAndBroadcastDefault) {
   ExampleSpec spec;
-  spec.features.push_back(FeatureSpec::FixedLen("m", DType::kInt64, {2, 2}, Tensor::Scalar<int64_t>(9)));
+  spec.features.push_back(
+      FeatureSpec::FixedLen("m", DType::kInt64, {2, 2}, Tensor::Scalar<int64_t>(9)));
   tensorflow::Example example;
   for (int64_t v : {1, 2, 3, 4}) {
     (*example.mutable_features()->mutable_feature())["m"].mutable_int64_list()->add_value(v);
@@ -89,8 +93,8 @@ TEST(ParseExampleTest, FixedLenMatrixAndBroadcastDefault) {
   Tensor batch = Strings({example.SerializeAsString(), tensorflow::Example().SerializeAsString()});
   auto out = ParseExamples(batch, spec);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_TRUE(TensorsEqual((*out)[0], Tensor::FromVector<int64_t>({1, 2, 3, 4, 9, 9, 9, 9},
-                                                                  Shape{2, 2, 2})));
+  EXPECT_TRUE(TensorsEqual((*out)[0],
+                           Tensor::FromVector<int64_t>({1, 2, 3, 4, 9, 9, 9, 9}, Shape{2, 2, 2})));
 }
 
 TEST(ParseExampleTest, AcceptsWhatProtobufAccepts) {
@@ -117,9 +121,10 @@ TEST(ParseExampleTest, AcceptsWhatProtobufAccepts) {
   const std::string more_ints = field(3, 2, field(1, 2, varint(7)));
   const std::string float_bits("\x00\x00\x80\x3f", 4);  // 1.0f
   const std::string unpacked_float = field(2, 2, field(1, 5, float_bits));
-  const std::string features = entry("x", field(1, 2, field(1, 2, "old"))) /* the later "x" wins */ +
-                               entry("x", unpacked_ints + more_ints) +
-                               entry("y", field(1, 2, field(1, 2, "z")) + unpacked_float);
+  const std::string features =
+      entry("x", field(1, 2, field(1, 2, "old"))) /* the later "x" wins */ +
+      entry("x", unpacked_ints + more_ints) +
+      entry("y", field(1, 2, field(1, 2, "z")) + unpacked_float);
   const std::string bytes = field(1, 2, features);
 
   tensorflow::Example reference;
@@ -204,7 +209,7 @@ TEST(ParseExampleFnTest, SplicesOutputsAndNamesThem) {
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 5u);
   EXPECT_EQ(*out->names, (std::vector<std::string>{"label", "tags/indices", "tags/values",
-                                                    "tags/dense_shape", "component_1"}));
+                                                   "tags/dense_shape", "component_1"}));
   EXPECT_TRUE(TensorsEqual((*out)[out->IndexOf("label")], Tensor::Scalar<int64_t>(4)));
   // A batch of the same example.
   auto batch = ParseExampleFn(spec)(Element({Tensor::FromVector<std::string>({bytes, bytes})}));
@@ -233,7 +238,8 @@ TEST(ParseExampleTest, RandomExamplesAgreeWithProtobuf) {
       if (rng() % 5 == 0) continue;  // absent
       for (int i = 0; i < n; ++i) {
         if (f == 0) map[key].mutable_float_list()->add_value(static_cast<float>(rng() % 1000) / 7);
-        if (f == 1) map[key].mutable_int64_list()->add_value(static_cast<int64_t>(rng()) - (1LL << 31));
+        if (f == 1)
+          map[key].mutable_int64_list()->add_value(static_cast<int64_t>(rng()) - (1LL << 31));
         if (f == 2) map[key].mutable_bytes_list()->add_value(std::string(rng() % 20, 'a' + i));
       }
       if (n == 0 && f == 0) map[key].mutable_float_list();  // present but empty

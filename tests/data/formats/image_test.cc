@@ -1,3 +1,5 @@
+#include "kiln/data/formats/image.h"
+
 #include <array>
 #include <cmath>
 #include <random>
@@ -7,7 +9,6 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kiln/data/formats/functions.h"
-#include "kiln/data/formats/image.h"
 
 namespace kiln::data::formats {
 namespace {
@@ -62,8 +63,7 @@ TEST(JpegTest, NonJpegAndCorruptBytesAreErrorsNotCrashes) {
   const std::string jpeg = *EncodeJpeg(TestImage(160, 200, 3), 90);
   auto truncated = DecodeJpeg(jpeg.substr(0, jpeg.size() / 2));
   ASSERT_FALSE(truncated.ok());
-  EXPECT_TRUE(absl::StrContains(truncated.status().message(), "truncated"))
-      << truncated.status();
+  EXPECT_TRUE(absl::StrContains(truncated.status().message(), "truncated")) << truncated.status();
   // Damage everywhere: each decode either fails cleanly or returns an image of the right shape.
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {
@@ -123,8 +123,7 @@ TEST(ResizeTest, UpscaleMatchesTensorFlow) {
   auto out = ResizeBilinear(in, 4, 4);
   ASSERT_TRUE(out.ok());
   Tensor expected = Tensor::FromVector<float>(
-      {0, 2.5, 7.5, 10, 5, 7.5, 12.5, 15, 15, 17.5, 22.5, 25, 20, 22.5, 27.5, 30},
-      Shape{4, 4, 1});
+      {0, 2.5, 7.5, 10, 5, 7.5, 12.5, 15, 15, 17.5, 22.5, 25, 20, 22.5, 27.5, 30}, Shape{4, 4, 1});
   EXPECT_TRUE(TensorsAllClose(*out, expected)) << out->DebugString(20);
 }
 
@@ -135,8 +134,8 @@ TEST(ResizeTest, DownscaleAndBatchAndUint8) {
   auto out = ResizeBilinear(batch, 2, 2);
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(TensorsAllClose(
-      *out, Tensor::FromVector<float>({2.5, 4.5, 10.5, 12.5, 100, 100, 100, 100},
-                                      Shape{2, 2, 2, 1})));
+      *out,
+      Tensor::FromVector<float>({2.5, 4.5, 10.5, 12.5, 100, 100, 100, 100}, Shape{2, 2, 2, 1})));
   // 3 -> 2 along x: positions 0.25 and 1.75 of [0, 10, 40].
   auto row = ResizeBilinear(Tensor::FromVector<float>({0, 10, 40}, Shape{1, 3, 1}), 1, 2);
   ASSERT_TRUE(row.ok());
@@ -178,9 +177,12 @@ Tensor ReferenceResize(const Tensor& in, int64_t out_h, int64_t out_w) {
 
 TEST(ResizeTest, MatchesDirectFormulaForManySizes) {
   std::mt19937 rng(11);
-  for (auto [h, w, c, oh, ow] : std::vector<std::array<int64_t, 5>>{
-           {7, 5, 3, 224, 224}, {400, 500, 3, 224, 224}, {13, 17, 1, 5, 29},
-           {9, 9, 4, 9, 9}, {3, 11, 5, 8, 4}, {1, 1, 2, 3, 3}}) {
+  for (auto [h, w, c, oh, ow] : std::vector<std::array<int64_t, 5>>{{7, 5, 3, 224, 224},
+                                                                    {400, 500, 3, 224, 224},
+                                                                    {13, 17, 1, 5, 29},
+                                                                    {9, 9, 4, 9, 9},
+                                                                    {3, 11, 5, 8, 4},
+                                                                    {1, 1, 2, 3, 3}}) {
     Tensor in(DType::kFloat32, Shape{h, w, c});
     for (float& v : in.span<float>()) v = static_cast<float>(rng() % 256);
     auto out = ResizeBilinear(in, oh, ow);
@@ -208,8 +210,8 @@ TEST(TransformTest, NormalizeCastOneHot) {
   EXPECT_EQ(in_place->raw_data(), storage);
   for (int64_t i = 0; i < 303; ++i) {
     const float mean = 1.f + i % 3, stddev = 2.f * (1 << (i % 3));
-    ASSERT_FLOAT_EQ(in_place->data<float>()[i],
-                    (expected_input.data<float>()[i] - mean) / stddev) << i;
+    ASSERT_FLOAT_EQ(in_place->data<float>()[i], (expected_input.data<float>()[i] - mean) / stddev)
+        << i;
   }
 
   auto cast = Cast(Tensor::FromVector<float>({-1.7f, 0.f, 2.9f}), DType::kInt32);
@@ -222,18 +224,17 @@ TEST(TransformTest, NormalizeCastOneHot) {
 
   auto one_hot = OneHot(Tensor::FromVector<int64_t>({2, 0, 5}), 3);
   ASSERT_TRUE(one_hot.ok());
-  EXPECT_TRUE(TensorsEqual(*one_hot, Tensor::FromVector<float>({0, 0, 1, 1, 0, 0, 0, 0, 0},
-                                                               Shape{3, 3})));
+  EXPECT_TRUE(
+      TensorsEqual(*one_hot, Tensor::FromVector<float>({0, 0, 1, 1, 0, 0, 0, 0, 0}, Shape{3, 3})));
 }
 
 TEST(FunctionsTest, ImageChainOnOneElementAndOnABatch) {
   const std::string a = *EncodeJpeg(TestImage(30, 40, 3), 90);
   const std::string b = *EncodeJpeg(TestImage(30, 40, 3), 70);
-  auto names = std::make_shared<const std::vector<std::string>>(
-      std::vector<std::string>{"image", "label"});
+  auto names =
+      std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"image", "label"});
   std::vector<MapFn> chain = {DecodeJpegFn("image", {.channels = 3}), ResizeFn("image", 8, 8),
-                              NormalizeFn("image", {127.5f}, {127.5f}),
-                              OneHotFn("label", 4)};
+                              NormalizeFn("image", {127.5f}, {127.5f}), OneHotFn("label", 4)};
   Element single({Tensor::Scalar(a), Tensor::Scalar<int64_t>(1)}, names);
   Element batch({Tensor::FromVector<std::string>({a, b}), Tensor::FromVector<int64_t>({1, 3})},
                 names);

@@ -1,3 +1,5 @@
+#include "kiln/data/formats/tfrecord.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,7 +13,6 @@
 #include "gtest/gtest.h"
 #include "kiln/data/formats/crc32c.h"
 #include "kiln/data/formats/text_line.h"
-#include "kiln/data/formats/tfrecord.h"
 
 namespace kiln::data::formats {
 namespace {
@@ -193,7 +194,8 @@ TEST(TFRecordTest, TruncatedGzipStreamIsDataLoss) {
   {
     auto writer = RecordWriter::Open(path, Compression::kGzip);
     ASSERT_TRUE(writer.ok());
-    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*writer)->Write(std::string(1000, 'a' + i % 26)).ok());
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE((*writer)->Write(std::string(1000, 'a' + i % 26)).ok());
     ASSERT_TRUE((*writer)->Close().ok());
   }
   std::string bytes = ReadFile(path);

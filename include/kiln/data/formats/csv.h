@@ -18,8 +18,8 @@ namespace kiln::data::formats {
 struct CsvOptions {
   bool header = false;  // skip the first line of each file
   char field_delim = ',';
-  bool use_quote_delim = true;  // false: quotes are ordinary characters
-  std::string na_value;         // a field equal to this counts as empty (takes the default)
+  bool use_quote_delim = true;   // false: quotes are ordinary characters
+  std::string na_value;          // a field equal to this counts as empty (takes the default)
   std::vector<int> select_cols;  // increasing column indices to keep; empty = all
 };
 
