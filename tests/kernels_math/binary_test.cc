@@ -193,6 +193,10 @@ TEST(Binary, OtherDtypes) {
   Tensor u8 = Run1("Add", {Tensor::FromVector(std::vector<uint8_t>{250, 3}),
                            Tensor::FromVector(std::vector<uint8_t>{10, 4})});
   EXPECT_EQ(Values<uint8_t>(u8), std::vector<uint8_t>({4, 7}));  // wraps like numpy
+  const int32_t max32 = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(Values<int32_t>(Run1("Add", {I32({max32}), I32({1})})),
+            std::vector<int32_t>({std::numeric_limits<int32_t>::min()}));
+  EXPECT_EQ(Values<int32_t>(Run1("Mul", {I32({65536}), I32({65536})})), std::vector<int32_t>({0}));
   EXPECT_FALSE(RunKernel("Add", {F32({1}), I64({1})}).ok());
 }
 

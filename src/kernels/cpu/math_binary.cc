@@ -58,9 +58,31 @@ C IntPow(C base, C exp) {
 }
 
 // Arithmetic in the compute type C (float for fp16/bf16).
+// Signed integer add/sub/mul wrap like numpy (two's complement) instead of being undefined.
+template <typename C, bool kWraps = std::is_integral_v<C> && std::is_signed_v<C> &&
+                                     (sizeof(C) >= sizeof(int))>
+struct WrapTypeOf {
+  using type = C;
+};
+template <typename C>
+struct WrapTypeOf<C, true> {
+  using type = std::make_unsigned_t<C>;
+};
+template <typename C>
+using WrapType = typename WrapTypeOf<C>::type;
+
 template <Kind K, typename C>
 inline C Arith(C a, C b) {
-  if constexpr (K == Kind::kAdd || K == Kind::kSum || K == Kind::kMean) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<WrapType<C>, C> &&
+                (K == Kind::kAdd || K == Kind::kSum || K == Kind::kMean || K == Kind::kSub ||
+                 K == Kind::kMul || K == Kind::kSquaredDifference)) {
+    using U = WrapType<C>;
+    const U ua = static_cast<U>(a), ub = static_cast<U>(b);
+    if constexpr (K == Kind::kSub) return static_cast<C>(ua - ub);
+    if constexpr (K == Kind::kMul) return static_cast<C>(ua * ub);
+    if constexpr (K == Kind::kSquaredDifference) return static_cast<C>((ua - ub) * (ua - ub));
+    return static_cast<C>(ua + ub);
+  } else if constexpr (K == Kind::kAdd || K == Kind::kSum || K == Kind::kMean) {
     return static_cast<C>(a + b);
   } else if constexpr (K == Kind::kSub) {
     return static_cast<C>(a - b);
