@@ -395,6 +395,31 @@ class ResizeKernel : public TensorKernel {
       Acc* nout = last ? nullptr : next.data();
       const Acc* cin = cur;
       const int taps = a.taps;
+      // The last axis (inner == 1) gathers single elements: keep the sum in a register.
+      auto work_inner1 = [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t o = u / a.out, j = u % a.out;
+          const int64_t row = o * a.in;
+          const int64_t* idx = &a.index[j * taps];
+          const float* wt = &a.weight[j * taps];
+          Acc sum = 0;
+          for (int t = 0; t < taps; ++t) {
+            const Acc v = first ? static_cast<Acc>(AsDouble(xin[row + idx[t]])) : cin[row + idx[t]];
+            sum += static_cast<Acc>(wt[t]) * v;
+          }
+          if (last) {
+            yout[u] = Store<T, Acc>(sum);
+          } else {
+            nout[u] = sum;
+          }
+        }
+      };
+      if (inner == 1) {
+        ctx.ParallelFor(outer * a.out, 8192, work_inner1);
+        shape[d] = a.out;
+        cur = last ? nullptr : next.data();
+        continue;
+      }
       auto work = [&](int64_t begin, int64_t end) {
         std::vector<Acc> acc(inner);
         for (int64_t u = begin; u < end; ++u) {
