@@ -1,6 +1,6 @@
 // Known answers for Gather, GatherV2, GatherElements, GatherND, ScatterND, ScatterElements,
 // Compress, OneHot, NonZero, TopK, Unique.
-#include "tests/kernels_tensor/test_util.h"
+#include "test_util.h"
 
 namespace kiln::kernels::tensor_test {
 namespace {

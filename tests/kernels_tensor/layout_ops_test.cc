@@ -1,5 +1,5 @@
 // Known answers for Transpose, Slice, StridedSlice, Concat, Split, DepthToSpace, SpaceToDepth.
-#include "tests/kernels_tensor/test_util.h"
+#include "test_util.h"
 
 namespace kiln::kernels::tensor_test {
 namespace {

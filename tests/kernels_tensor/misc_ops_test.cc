@@ -1,5 +1,5 @@
 // Known answers for Pad, MirrorPad, Trilu, ReverseSequence, Bucketize.
-#include "tests/kernels_tensor/test_util.h"
+#include "test_util.h"
 
 namespace kiln::kernels::tensor_test {
 namespace {

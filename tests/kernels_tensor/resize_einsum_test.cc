@@ -2,7 +2,7 @@
 // direct loop).
 #include <random>
 
-#include "tests/kernels_tensor/test_util.h"
+#include "test_util.h"
 
 namespace kiln::kernels::tensor_test {
 namespace {

@@ -1,6 +1,6 @@
 // Known answers for Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout,
 // ConstantOfShape, Fill, Range, EyeLike, Expand, BroadcastTo, Tile.
-#include "tests/kernels_tensor/test_util.h"
+#include "test_util.h"
 
 namespace kiln::kernels::tensor_test {
 namespace {
