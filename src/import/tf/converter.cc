@@ -723,6 +723,12 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
     KILN_ASSIGN_OR_RETURN(v.table, TableOf(scope, node));
     return std::vector<TfValue>{v};
   }
+  if (op == "AssignAdd" || op == "AssignSub" || op == "AssignAddVariableOp" ||
+      op == "AssignSubVariableOp") {
+    return absl::UnimplementedError(absl::StrCat(
+        DescribeNode(scope, node),
+        ": stateful models are not supported (variables are imported as constants)"));
+  }
   if (op == "Switch") {
     return absl::UnimplementedError(absl::StrCat(
         DescribeNode(scope, node), " is used outside a Switch/Merge conditional Kiln can "
@@ -732,6 +738,25 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
   if (convert == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("unsupported TensorFlow op '", op, "': ", DescribeNode(scope, node)));
+  }
+  // Control dependencies are dropped, except on variable writes: Kiln's variables are
+  // constants, so a value ordered after a write would silently be the old one.
+  for (const std::string& in : node.input()) {
+    if (!absl::StartsWith(in, "^")) continue;
+    auto dep = scope->body->nodes.find(RefNode(in));
+    if (dep == scope->body->nodes.end()) continue;
+    const std::string& dep_op = dep->second->op();
+    if (dep_op == "AssignAddVariableOp" || dep_op == "AssignSubVariableOp" ||
+        dep_op == "AssignAdd" || dep_op == "AssignSub" || dep_op == "ScatterAdd" ||
+        dep_op == "ResourceScatterAdd" || dep_op == "ResourceScatterUpdate" ||
+        ((dep_op == "AssignVariableOp" || dep_op == "Assign") &&
+         !absl::StrContains(dep->second->input_size() > 1 ? dep->second->input(1) : "",
+                            "Restore"))) {
+      return absl::UnimplementedError(absl::StrCat(
+          DescribeNode(scope, node), " runs after the variable update ",
+          DescribeNode(scope, *dep->second),
+          ": stateful models are not supported (variables are imported as constants)"));
+    }
   }
   std::vector<TfValue> inputs;
   for (const std::string& in : node.input()) {
@@ -939,6 +964,7 @@ absl::StatusOr<ir::Graph> Converter::BuildGraph(const std::vector<Feed>& feeds,
     TfValue v;
     v.id = graph.AddValue(UniqueName(feed.value_name), ir::TensorType::UnknownRank(feed.dtype));
     graph.inputs.push_back(v.id);
+    if (feed.rank >= 0) rank_hints_[{&graph, v.id}] = feed.rank;
     scope->feeds[CanonicalRef(feed.tensor)] = v;
   }
   std::set<ir::ValueId> used_outputs;

@@ -91,10 +91,17 @@ class Converter {
     std::string tensor;  // "x:0"
     std::string value_name;
     DType dtype;
+    int rank = -1;  // the declared rank, a hint for converters (-1 unknown)
   };
   // Builds a graph whose inputs are `feeds` and whose outputs are the given tensors.
   absl::StatusOr<ir::Graph> BuildGraph(const std::vector<Feed>& feeds,
                                        const std::vector<std::string>& fetches);
+
+  // The declared rank of a fed value (-1 when unknown).
+  int RankHint(const ir::Graph* graph, ir::ValueId id) const {
+    auto it = rank_hints_.find({graph, id});
+    return it == rank_hints_.end() ? -1 : it->second;
+  }
 
   int variables_restored() const { return static_cast<int>(variable_cache_.size()); }
 
@@ -152,6 +159,7 @@ class Converter {
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
   std::set<std::string> used_names_;
+  std::map<std::pair<const ir::Graph*, ir::ValueId>, int> rank_hints_;
   int name_counter_ = 0;
   int depth_ = 0;
   std::vector<std::unique_ptr<Scope>> scopes_;

@@ -197,7 +197,7 @@ int OpContext::InputRank(int i) const {
   const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
   if (v.constant.has_value()) return v.constant->rank();
   if (v.type.rank_known) return v.type.rank();
-  return -1;
+  return converter_->RankHint(scope_->frame->graph, inputs_[i].id);
 }
 
 ir::ValueId OpContext::Const(Tensor t, absl::string_view hint) {

@@ -121,7 +121,8 @@ absl::Status ImportSignatures(const tensorflow::MetaGraphDef& meta, Converter& c
                             ToTensorInfo(info, absl::StrCat("signature '", key, "' input '",
                                                             input_key, "'")));
       out.input_keys.push_back(input_key);
-      feeds.push_back({ti.name, ValueNameForKey(input_key), ti.dtype});
+      feeds.push_back({ti.name, ValueNameForKey(input_key), ti.dtype,
+                       ti.rank_known ? static_cast<int>(ti.shape.size()) : -1});
       out.inputs[input_key] = ti;
     }
     std::vector<std::string> fetches;
@@ -237,7 +238,8 @@ absl::StatusOr<ImportedModel> ImportFrozenGraph(const std::string& path,
     const std::string key = strip(in);
     sig.input_keys.push_back(key);
     sig.inputs[key] = info;
-    feeds.push_back({info.name, key, info.dtype});
+    feeds.push_back({info.name, key, info.dtype,
+                     info.rank_known ? static_cast<int>(info.shape.size()) : -1});
   }
   std::vector<std::string> outputs = options.outputs;
   if (outputs.empty()) {

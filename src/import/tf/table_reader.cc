@@ -1,6 +1,7 @@
 #include "import/tf/table_reader.h"
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,65 @@ uint32_t DecodeFixed32(const char* p) {
 
 void PutFixed32(std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
 
+}  // namespace
+
+absl::StatusOr<std::string> SnappyDecompress(absl::string_view in) {
+  uint64_t length;
+  if (!GetVarint64(&in, &length) || length > (uint64_t{1} << 32)) {
+    return absl::DataLossError("bad uncompressed length");
+  }
+  std::string out;
+  out.reserve(length);
+  while (!in.empty()) {
+    const uint8_t tag = static_cast<uint8_t>(in[0]);
+    in.remove_prefix(1);
+    size_t len, offset = 0;
+    switch (tag & 3) {
+      case 0: {  // literal
+        len = (tag >> 2) + 1;
+        if ((tag >> 2) >= 60) {
+          const int extra = (tag >> 2) - 59;
+          if (in.size() < static_cast<size_t>(extra)) return absl::DataLossError("truncated");
+          uint32_t v = 0;
+          for (int i = 0; i < extra; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+          in.remove_prefix(extra);
+          len = static_cast<size_t>(v) + 1;
+        }
+        if (in.size() < len) return absl::DataLossError("truncated literal");
+        out.append(in.data(), len);
+        in.remove_prefix(len);
+        continue;
+      }
+      case 1:
+        if (in.empty()) return absl::DataLossError("truncated copy");
+        len = ((tag >> 2) & 7) + 4;
+        offset = (static_cast<size_t>(tag >> 5) << 8) | static_cast<uint8_t>(in[0]);
+        in.remove_prefix(1);
+        break;
+      case 2:
+        if (in.size() < 2) return absl::DataLossError("truncated copy");
+        len = (tag >> 2) + 1;
+        offset = static_cast<uint8_t>(in[0]) | (static_cast<size_t>(static_cast<uint8_t>(in[1])) << 8);
+        in.remove_prefix(2);
+        break;
+      default:
+        if (in.size() < 4) return absl::DataLossError("truncated copy");
+        len = (tag >> 2) + 1;
+        offset = DecodeFixed32(in.data());
+        in.remove_prefix(4);
+        break;
+    }
+    if (offset == 0 || offset > out.size()) return absl::DataLossError("bad copy offset");
+    if (out.size() + len > length) return absl::DataLossError("output longer than declared");
+    const size_t start = out.size() - offset;
+    for (size_t i = 0; i < len; ++i) out.push_back(out[start + i]);  // may overlap
+  }
+  if (out.size() != length) return absl::DataLossError("output shorter than declared");
+  return out;
+}
+
+namespace {
+
 struct BlockHandle {
   uint64_t offset = 0;
   uint64_t size = 0;
@@ -76,11 +136,19 @@ class TableParser {
     const uint32_t stored = UnmaskCrc32c(DecodeFixed32(trailer + 1));
     const uint32_t actual = Crc32cExtend(Crc32c(block.data(), block.size()), trailer, 1);
     if (stored != actual) return Error("block checksum mismatch", handle.offset);
+    if (type == 1) {
+      auto decompressed = SnappyDecompress(block);
+      if (!decompressed.ok()) {
+        return Error(absl::StrCat("bad snappy block: ", decompressed.status().message()),
+                     handle.offset);
+      }
+      decompressed_.push_back(std::make_unique<std::string>(*std::move(decompressed)));
+      return absl::string_view(*decompressed_.back());
+    }
     if (type != 0) {
-      return absl::UnimplementedError(absl::StrCat(
-          file_name_, ": block at offset ", handle.offset, " is compressed (type ", type,
-          type == 1 ? ", snappy" : "", "); only uncompressed tables, as TensorFlow writes, are "
-          "supported"));
+      return absl::UnimplementedError(absl::StrCat(file_name_, ": block at offset ",
+                                                   handle.offset, " has compression type ",
+                                                   type, "; only none and snappy are supported"));
     }
     return block;
   }
@@ -153,6 +221,7 @@ class TableParser {
  private:
   absl::string_view contents_;
   absl::string_view file_name_;
+  mutable std::vector<std::unique_ptr<std::string>> decompressed_;
 };
 
 class BlockBuilder {

@@ -1,7 +1,7 @@
 // Reads a LevelDB-format table (the format of TensorFlow's variables.index): data blocks of
 // prefix-compressed keys with restart points, an index block, and a 48-byte footer ending in
-// LevelDB's magic number. TensorFlow writes these tables uncompressed; a compressed block is
-// reported as unsupported rather than misread.
+// LevelDB's magic number. Blocks are stored raw or snappy-compressed (TensorFlow's
+// writer compresses); other compression types are reported as unsupported.
 #pragma once
 
 #include <map>
@@ -16,6 +16,9 @@ namespace kiln::import::tf {
 // `file_name` only names the file in error messages. Block checksums are verified.
 absl::StatusOr<std::map<std::string, std::string>> ReadLevelDbTable(absl::string_view contents,
                                                                      absl::string_view file_name);
+
+// Snappy's block format (TensorFlow's table writer compresses index blocks with it).
+absl::StatusOr<std::string> SnappyDecompress(absl::string_view compressed);
 
 // Builds an uncompressed table from sorted entries (used by tests and test writers).
 std::string WriteLevelDbTable(const std::map<std::string, std::string>& entries,

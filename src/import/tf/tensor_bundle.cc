@@ -122,8 +122,18 @@ void PutVarint64(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
+// Lengths enter the CRC as uint32 when they fit (TensorFlow keeps that for compatibility),
+// else as uint64.
+uint32_t ExtendLength(uint32_t crc, uint64_t length) {
+  if (length <= UINT32_MAX) {
+    const uint32_t short_length = static_cast<uint32_t>(length);
+    return Crc32cExtend(crc, &short_length, sizeof(short_length));
+  }
+  return Crc32cExtend(crc, &length, sizeof(length));
+}
+
 // TensorFlow's string tensor layout in a bundle: a varint64 length per element, a masked
-// CRC32C of those lengths (each fed to the CRC as a little-endian uint64), then the bytes.
+// CRC32C of those lengths (see ExtendLength), then the bytes.
 // Returns the CRC of everything, as stored in the entry.
 absl::StatusOr<uint32_t> DecodeStrings(absl::string_view data, int64_t n, std::string* out,
                                        const std::string& key) {
@@ -133,7 +143,7 @@ absl::StatusOr<uint32_t> DecodeStrings(absl::string_view data, int64_t n, std::s
     if (!GetVarint64(&data, &lengths[i])) {
       return absl::DataLossError(absl::StrCat("string tensor '", key, "': bad length"));
     }
-    crc = Crc32cExtend(crc, &lengths[i], sizeof(uint64_t));
+    crc = ExtendLength(crc, lengths[i]);
   }
   if (data.size() < 4) {
     return absl::DataLossError(absl::StrCat("string tensor '", key, "': truncated"));
@@ -236,7 +246,7 @@ absl::Status WriteBundle(const std::string& prefix, const std::map<std::string, 
       for (const std::string& s : tensor.span<std::string>()) {
         const uint64_t len = s.size();
         PutVarint64(&lengths, len);
-        crc = Crc32cExtend(crc, &len, sizeof(len));
+        crc = ExtendLength(crc, len);
       }
       const uint32_t length_checksum = MaskCrc32c(crc);
       lengths.append(reinterpret_cast<const char*>(&length_checksum), 4);
