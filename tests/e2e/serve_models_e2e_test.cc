@@ -41,8 +41,12 @@ TEST(ServeModelsE2ETest, RestAndGrpcAnswerLikeTfServing) {
   const std::string config = dir + "/models.config";
   WriteFile(config, "model_config_list {\n" +
                         ModelEntry("half_plus_two", kExamples + "/half_plus_two") +
-                        ModelEntry("penguin_tabular", kExamples + "/penguin_tabular") + "}\n");
-  ServerProcess server({"serve", "--model_config_file=" + config});
+                        ModelEntry("penguin_tabular", kExamples + "/penguin_tabular") +
+                        "  config { name: \"half_plus_two_tf\" base_path: \"" + kExamples +
+                        "/half_plus_two_savedmodel\" model_platform: \"tensorflow\" }\n}\n");
+  WriteFile(dir + "/monitoring.config", "prometheus_config { enable: true }\n");
+  ServerProcess server({"serve", "--model_config_file=" + config,
+                        "--monitoring_config_file=" + dir + "/monitoring.config"});
   ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
 
   HttpReply predict = HttpCall(server.rest_port(), "POST", "/v1/models/half_plus_two:predict",
@@ -54,6 +58,12 @@ TEST(ServeModelsE2ETest, RestAndGrpcAnswerLikeTfServing) {
                                R"({"instances": [[0.1, -0.2, 0.3, 0.4], [1, 1, 1, 1]]})");
   EXPECT_EQ(penguin.status, 200) << penguin.body;
   EXPECT_THAT(penguin.body, HasSubstr("{\"predictions\": [["));
+  // The SavedModel example: the README's curl, and its warmup file was replayed at load.
+  HttpReply readme = HttpCall(server.rest_port(), "POST", "/v1/models/half_plus_two_tf:predict",
+                              R"({"instances": [1.0, 2.0, 5.0]})");
+  EXPECT_EQ(readme.body, R"({"predictions": [2.5, 3.0, 4.5]})");
+  HttpReply metrics = HttpCall(server.rest_port(), "GET", "/monitoring/prometheus/metrics");
+  EXPECT_THAT(metrics.body, HasSubstr(":tensorflow:serving:model_warmup_latency_count{model_path="));
   HttpReply status = HttpCall(server.rest_port(), "GET", "/v1/models/penguin_tabular");
   EXPECT_THAT(status.body, HasSubstr("\"state\": \"AVAILABLE\""));
   HttpReply v2 = HttpCall(server.rest_port(), "GET", "/v2/models/half_plus_two");
