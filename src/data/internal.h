@@ -170,6 +170,10 @@ class IteratorBase {
 
   const std::string& path() const { return path_; }
   StageCounters* counters() const { return counters_; }
+  // Iterators refer to their dataset node's members (functions, tensors); the node is kept
+  // alive by its iterator, so a Dataset may be destroyed while its iterators run (as in
+  // tf.data), including the datasets that Interleave's function returns per element.
+  void KeepAlive(std::shared_ptr<const DatasetNode> node) { node_ref_ = std::move(node); }
 
  protected:
   virtual absl::Status GetNextInternal(Element* out, bool* end_of_sequence) = 0;
@@ -185,6 +189,7 @@ class IteratorBase {
   absl::Status TimedGetNext(Element* out, bool* end_of_sequence);
   uint32_t call_count_ = 0;
   const bool asynchronous_;
+  std::shared_ptr<const DatasetNode> node_ref_;  // destroyed after the subclass's members
 };
 
 class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
@@ -205,6 +210,9 @@ absl::StatusOr<std::unique_ptr<IteratorBase>> MakeInputIterator(const Dataset& d
 int64_t ElementBytes(const Element& element);  // payload bytes (strings: their lengths)
 // Stacks elements along a new first dimension (all must agree in dtype and shape).
 absl::StatusOr<Element> StackElements(std::vector<Element>& elements);
+// The first `count` elements only (callers reuse a vector of Elements across batches so that
+// sources can reuse the tensors' buffers).
+absl::StatusOr<Element> StackElements(std::vector<Element>& elements, size_t count);
 // Resolves kAutotune parallelism to the pipeline's CPU budget.
 int ResolveParallelism(int requested, const IteratorContext& ctx);
 

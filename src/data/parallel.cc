@@ -50,8 +50,10 @@ class AsyncStage : public IteratorBase, public Tunable {
     if (config_.parallelism == kAutotune) {
       // Blocking functions (I/O) benefit from more workers than cores; the autotuner keeps the
       // CPU actually used within the budget.
-      max_parallelism_ = std::max(4, 2 * budget);
-      parallelism_ = budget;
+      max_parallelism_ = std::max(8, 2 * budget);
+      // At least 4: while one worker runs the function, others must already be pulling the
+      // next inputs, or a slow source and a slow function cannot overlap on a small machine.
+      parallelism_ = std::max(4, budget);
     } else {
       max_parallelism_ = parallelism_ = std::max(1, config_.parallelism);
     }
@@ -223,12 +225,28 @@ class AsyncStage : public IteratorBase, public Tunable {
     }
   }
 
+  // A worker takes `chunk_` consecutive inputs per turn when calls are cheap (measured), so
+  // that the locks and the consumer's wake-up are paid once per chunk, not once per element.
+  static constexpr int64_t kChunkTargetNs = 20'000;
+  static constexpr int64_t kMaxChunk = 64;
+
+  int64_t OutstandingLimitLocked() const {
+    // An explicit buffer size (Prefetch(n)) is a hard limit; otherwise each worker may hold
+    // a chunk.
+    return config_.buffer > 0 ? buffer_limit_
+                              : std::max<int64_t>(buffer_limit_, parallelism_ * chunk_);
+  }
+
   void WorkerLoop(int index) {
     const std::string track = absl::StrCat(path_, " #", index);
     uint32_t calls = 0;
     MemoryAccountant& memory = ctx_.pipeline->memory();
+    std::vector<InputUnit> units;
+    std::vector<absl::Status> pull_status;
+    std::vector<Element> outputs;
     while (true) {
-      int64_t reserved = 0;
+      int64_t want = 1;
+      int64_t estimate = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
         while (true) {
@@ -237,14 +255,16 @@ class AsyncStage : public IteratorBase, public Tunable {
             idle_cv_.wait(lock);
             continue;
           }
-          if (outstanding_ < buffer_limit_) {
-            const int64_t estimate = static_cast<int64_t>(element_bytes_avg_);
+          const int64_t limit = OutstandingLimitLocked();
+          if (outstanding_ < limit) {
+            want = std::clamp<int64_t>(limit - outstanding_, 1, chunk_);
+            estimate = static_cast<int64_t>(element_bytes_avg_);
             // Before the first element is measured its size is unknown: admit the first wave
             // of calls only while the pipeline uses under half of the budget.
-            const bool unknown_ok = element_bytes_avg_ == 0 && memory.used() < memory.budget() / 2;
-            if (memory.TryReserve(estimate, outstanding_ == 0 || unknown_ok)) {
-              reserved = estimate;
-              reserved_bytes_ += estimate;
+            const bool unknown_ok =
+                element_bytes_avg_ == 0 && memory.used() < memory.budget() / 2;
+            if (memory.TryReserve(estimate * want, outstanding_ == 0 || unknown_ok)) {
+              reserved_bytes_ += estimate * want;
               break;
             }
             // Blocked by the RAM budget: memory is freed by other stages' consumers, which do
@@ -254,46 +274,42 @@ class AsyncStage : public IteratorBase, public Tunable {
           }
           worker_cv_.wait(lock);
         }
-        ++outstanding_;
-        ++in_flight_;
+        outstanding_ += want;
+        in_flight_ += want;
       }
-      InputUnit unit;
-      bool end = false;
-      absl::Status status;
-      int64_t seq = 0;
+      if (static_cast<int64_t>(units.size()) < want) {
+        units.resize(want);
+        pull_status.resize(want);
+        outputs.resize(want);
+      }
+      int64_t got = 0;
+      int64_t first_seq = 0;
+      int64_t end_seq = -1;
+      const int64_t pull_start = NowNanos();
       {
         std::lock_guard<std::mutex> input_lock(input_mu_);
-        if (input_exhausted_) {
-          end = true;
-        } else {
-          seq = next_seq_++;
-          status = Pull(input_.get(), &unit, &end);
-          if (end) input_exhausted_ = true;
-        }
-      }
-      if (end) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (!input_done_) {
-            input_done_ = true;
-            end_seq_ = seq;
+        first_seq = next_seq_;
+        while (got < want && !input_exhausted_) {
+          bool end = false;
+          units[got].elements.clear();
+          pull_status[got] = Pull(input_.get(), &units[got], &end);
+          if (end) {
+            input_exhausted_ = true;
+            break;
           }
-          --outstanding_;
-          --in_flight_;
-          memory.Release(reserved);
-          reserved_bytes_ -= reserved;
+          ++next_seq_;
+          ++got;
         }
-        consumer_cv_.notify_all();
-        worker_cv_.notify_all();
-        idle_cv_.notify_all();
-        return;
+        if (input_exhausted_) end_seq = next_seq_;
       }
-      Element out;
-      if (status.ok()) {
+      const int64_t t0 = NowNanos();
+      if (got > 0) {
         const bool sample_cpu = (++calls & 7) == 1;
         const int64_t cpu0 = sample_cpu ? ThreadCpuNanos() : 0;
-        const int64_t t0 = NowNanos();
-        status = Process(unit, &out);
+        for (int64_t i = 0; i < got; ++i) {
+          if (pull_status[i].ok()) pull_status[i] = Process(units[i], &outputs[i]);
+          units[i].elements.clear();  // a batch's inputs are not kept until the next turn
+        }
         const int64_t t1 = NowNanos();
         if (sample_cpu) {
           window_cpu_ns_.fetch_add(ThreadCpuNanos() - cpu0, std::memory_order_relaxed);
@@ -303,37 +319,64 @@ class AsyncStage : public IteratorBase, public Tunable {
         window_busy_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
         if (trace_ != nullptr && has_function()) trace_->AddEvent(track, "call", t0, t1);
       }
-      const int64_t bytes = status.ok() ? ElementBytes(out) : 0;
-      bool wake_consumer;
+      const int64_t per_element_ns = got > 0 ? (NowNanos() - pull_start) / got : 0;
+      bool wake_consumer = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (bytes > reserved) {
-          memory.TryReserve(bytes - reserved, /*holder_is_empty=*/true);
-        } else {
-          memory.Release(reserved - bytes);
-        }
-        reserved_bytes_ += bytes - reserved;
-        counters_->buffered_bytes.store(reserved_bytes_, std::memory_order_relaxed);
-        element_bytes_avg_ = element_bytes_avg_ == 0 ? static_cast<double>(bytes)
-                                                     : 0.9 * element_bytes_avg_ + 0.1 * bytes;
-        // Keep room for one element (the largest seen) of this stage in the budget.
-        if (bytes > headroom_bytes_) {
-          memory.AdjustHeadroom(bytes - headroom_bytes_);
-          headroom_bytes_ = bytes;
-        }
-        Result r{std::move(out), std::move(status), bytes, true};
-        if (config_.deterministic) {
-          const size_t pos = static_cast<size_t>(seq - base_seq_);
-          if (slots_.size() <= pos) slots_.resize(pos + 1);
-          slots_[pos] = std::move(r);
-          wake_consumer = pos == 0;
-        } else {
-          ready_.push_back(std::move(r));
+        // Unused reservations (the input ended) are returned.
+        outstanding_ -= want - got;
+        in_flight_ -= want;
+        memory.Release(estimate * (want - got));
+        reserved_bytes_ -= estimate * (want - got);
+        if (end_seq >= 0 && !input_done_) {
+          input_done_ = true;
+          end_seq_ = end_seq;
           wake_consumer = true;
         }
-        ++ready_count_;
-        --in_flight_;
+        if (got > 0) {
+          call_ns_avg_ = call_ns_avg_ == 0 ? per_element_ns : (7 * call_ns_avg_ + per_element_ns) / 8;
+          chunk_ = std::clamp<int64_t>(kChunkTargetNs / std::max<int64_t>(1, call_ns_avg_), 1,
+                                       kMaxChunk);
+        }
+        if (config_.deterministic && got > 0) {
+          const size_t pos = static_cast<size_t>(first_seq - base_seq_);
+          if (slots_.size() < pos + got) slots_.resize(pos + got);
+          wake_consumer |= pos == 0;
+        }
+        for (int64_t i = 0; i < got; ++i) {
+          const int64_t bytes = pull_status[i].ok() ? ElementBytes(outputs[i]) : 0;
+          if (bytes > estimate) {
+            memory.TryReserve(bytes - estimate, /*holder_is_empty=*/true);
+          } else {
+            memory.Release(estimate - bytes);
+          }
+          reserved_bytes_ += bytes - estimate;
+          element_bytes_avg_ = element_bytes_avg_ == 0 ? static_cast<double>(bytes)
+                                                       : 0.9 * element_bytes_avg_ + 0.1 * bytes;
+          // Keep room for one element (the largest seen) of this stage in the budget.
+          if (bytes > headroom_bytes_) {
+            memory.AdjustHeadroom(bytes - headroom_bytes_);
+            headroom_bytes_ = bytes;
+          }
+          Result r{std::move(outputs[i]), std::move(pull_status[i]), bytes, true};
+          outputs[i] = Element();
+          pull_status[i] = absl::OkStatus();
+          if (config_.deterministic) {
+            slots_[static_cast<size_t>(first_seq - base_seq_ + i)] = std::move(r);
+          } else {
+            ready_.push_back(std::move(r));
+            wake_consumer = true;
+          }
+        }
+        counters_->buffered_bytes.store(reserved_bytes_, std::memory_order_relaxed);
+        ready_count_ += got;
         if (trace_ != nullptr) trace_->AddCounter(path_, "buffered", NowNanos(), ready_count_);
+      }
+      if (end_seq >= 0) {
+        consumer_cv_.notify_all();
+        worker_cv_.notify_all();
+        idle_cv_.notify_all();
+        return;
       }
       if (wake_consumer) consumer_cv_.notify_one();
     }
@@ -367,6 +410,8 @@ class AsyncStage : public IteratorBase, public Tunable {
   int64_t ready_count_ = 0;
   int64_t reserved_bytes_ = 0;
   int64_t headroom_bytes_ = 0;
+  int64_t chunk_ = 1;          // inputs a worker takes per turn
+  int64_t call_ns_avg_ = 0;    // pull + process time per element (moving average)
   double element_bytes_avg_ = 0;
   int64_t base_seq_ = 0;
   std::deque<Result> slots_;  // deterministic: slots_[i] holds sequence base_seq_ + i

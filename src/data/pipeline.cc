@@ -242,7 +242,9 @@ absl::Status IteratorBase::TimedGetNext(Element* out, bool* end_of_sequence) {
 absl::StatusOr<std::unique_ptr<IteratorBase>> MakeInputIterator(const Dataset& dataset,
                                                                 const IteratorContext& ctx) {
   if (!dataset.ok()) return dataset.status();
-  return dataset.node()->MakeIterator(ctx);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<IteratorBase> it, dataset.node()->MakeIterator(ctx));
+  it->KeepAlive(dataset.node());
+  return it;
 }
 
 int ResolveParallelism(int requested, const IteratorContext& ctx) {
@@ -265,11 +267,15 @@ int64_t ElementBytes(const Element& element) {
 }
 
 absl::StatusOr<Element> StackElements(std::vector<Element>& elements) {
+  return StackElements(elements, elements.size());
+}
+
+absl::StatusOr<Element> StackElements(std::vector<Element>& elements, size_t count) {
   Element out;
-  if (elements.empty()) return out;
+  if (count == 0) return out;
   const Element& first = elements[0];
   const size_t components = first.size();
-  const int64_t n = static_cast<int64_t>(elements.size());
+  const int64_t n = static_cast<int64_t>(count);
   out.names = first.names;
   out.tensors.reserve(components);
   for (size_t c = 0; c < components; ++c) {
@@ -380,7 +386,7 @@ absl::StatusOr<std::unique_ptr<Iterator>> Dataset::MakeIterator(const Options& o
   IteratorContext ctx;
   ctx.pipeline = impl->pipeline.get();
   ctx.cancellation = impl->pipeline->root_cancellation();
-  KILN_ASSIGN_OR_RETURN(impl->root, node_->MakeIterator(ctx));
+  KILN_ASSIGN_OR_RETURN(impl->root, MakeInputIterator(*this, ctx));
   return std::unique_ptr<Iterator>(new Iterator(std::move(impl)));
 }
 

@@ -39,7 +39,15 @@ class RangeNode : public DatasetNode {
         return absl::OkStatus();
       }
       out->tensors.resize(1);
-      out->tensors[0] = Tensor::Scalar<int64_t>(next_);
+      Tensor& t = out->tensors[0];
+      // `*out` is being overwritten: when no one else holds its previous scalar's buffer, reuse
+      // it (the hot path then allocates nothing).
+      if (t.dtype() == DType::kInt64 && t.rank() == 0 && t.buffer() != nullptr &&
+          t.buffer().use_count() == 1 && t.byte_offset() == 0) {
+        *t.data<int64_t>() = next_;
+      } else {
+        t = Tensor::Scalar<int64_t>(next_);
+      }
       out->names.reset();
       next_ += step_;
       return absl::OkStatus();

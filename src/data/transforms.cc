@@ -1,6 +1,7 @@
 // Synchronous transformations: they run on the consumer's thread (or on the worker thread
 // of the parallel stage above them).
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -450,16 +451,26 @@ class BatchNode : public DatasetNode {
   class It : public UnaryIterator {
    public:
     It(const IteratorContext& ctx, const BatchNode* node)
-        : UnaryIterator(ctx, "Batch", node->input_), node_(node) {
-      pending_.reserve(node->batch_size_);
-    }
+        : UnaryIterator(ctx, "Batch", node->input_), node_(node) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
-      pending_.clear();
-      KILN_RETURN_IF_ERROR(CollectBatch(input_.get(), node_->batch_size_, node_->drop_remainder_,
-                                        &pending_, end));
-      if (*end) return absl::OkStatus();
-      KILN_ASSIGN_OR_RETURN(*out, StackElements(pending_));
-      pending_.clear();
+      const int64_t batch_size = node_->batch_size_;
+      // The pending elements are reused from batch to batch: the input overwrites them, and a
+      // source may reuse their (already copied) buffers.
+      if (static_cast<int64_t>(pending_.size()) < batch_size && batch_size <= (1 << 16)) {
+        pending_.resize(batch_size);
+      }
+      int64_t n = 0;
+      for (; n < batch_size; ++n) {
+        if (n >= static_cast<int64_t>(pending_.size())) pending_.emplace_back();
+        bool input_end = false;
+        KILN_RETURN_IF_ERROR(input_->GetNext(&pending_[n], &input_end));
+        if (input_end) break;
+      }
+      if (n == 0 || (node_->drop_remainder_ && n < batch_size)) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      KILN_ASSIGN_OR_RETURN(*out, StackElements(pending_, n));
       return absl::OkStatus();
     }
 
@@ -652,6 +663,127 @@ class UnbatchNode : public DatasetNode {
 
 // ---- Shuffle ----
 
+// The shuffle buffer. Elements that all have the same numeric dtypes and shapes (the common
+// case: records, features) are packed as raw bytes in 1 MB chunks, so a buffer of a million
+// int64 scalars takes 8 MB, not the ~300 bytes per element that separate tensor objects cost.
+// Anything else (strings, varying shapes) is kept as Elements.
+class ShuffleBuffer {
+ public:
+  size_t size() const { return packed_ ? packed_size_ : elements_.size(); }
+  bool empty() const { return size() == 0; }
+
+  void PushBack(Element e) {
+    if (!decided_) {
+      decided_ = true;
+      TryStartPacked(e);
+    }
+    if (packed_ && !Matches(e)) Unpack();
+    if (!packed_) {
+      elements_.push_back(std::move(e));
+      return;
+    }
+    if (packed_size_ == chunks_.size() * slots_per_chunk_) {
+      chunks_.emplace_back(new char[slots_per_chunk_ * slot_bytes_]);
+    }
+    Store(packed_size_++, e);
+  }
+  // Removes element i, filling its place with `replacement` or with the last element.
+  Element Take(size_t i) {
+    if (!packed_) {
+      Element out = std::move(elements_[i]);
+      return out;
+    }
+    return Load(i);
+  }
+  void Replace(size_t i, Element e) {
+    if (packed_ && !Matches(e)) Unpack();
+    if (!packed_) {
+      elements_[i] = std::move(e);
+    } else {
+      Store(i, e);
+    }
+  }
+  void RemoveByMovingLast(size_t i) {
+    if (!packed_) {
+      elements_[i] = std::move(elements_.back());
+      elements_.pop_back();
+      return;
+    }
+    const size_t last = packed_size_ - 1;
+    if (i != last) std::memcpy(Slot(i), Slot(last), slot_bytes_);
+    --packed_size_;
+    if (packed_size_ + slots_per_chunk_ <= chunks_.size() * slots_per_chunk_) chunks_.pop_back();
+  }
+
+ private:
+  struct Component {
+    DType dtype;
+    Shape shape;
+    size_t offset;
+    size_t bytes;
+  };
+
+  void TryStartPacked(const Element& e) {
+    size_t offset = 0;
+    for (const Tensor& t : e.tensors) {
+      if (!t.valid() || t.dtype() == DType::kString) return;
+      signature_.push_back({t.dtype(), t.shape(), offset, t.byte_size()});
+      offset += (t.byte_size() + 7) / 8 * 8;
+    }
+    if (offset == 0) {
+      signature_.clear();
+      return;
+    }
+    slot_bytes_ = offset;
+    slots_per_chunk_ = std::max<size_t>(1, (size_t{1} << 20) / slot_bytes_);
+    names_ = e.names;
+    packed_ = true;
+  }
+  bool Matches(const Element& e) const {
+    if (e.size() != signature_.size() || e.names != names_) return false;
+    for (size_t c = 0; c < signature_.size(); ++c) {
+      if (e[c].dtype() != signature_[c].dtype || e[c].shape() != signature_[c].shape) return false;
+    }
+    return true;
+  }
+  char* Slot(size_t i) const {
+    return chunks_[i / slots_per_chunk_].get() + (i % slots_per_chunk_) * slot_bytes_;
+  }
+  void Store(size_t i, const Element& e) {
+    char* slot = Slot(i);
+    for (size_t c = 0; c < signature_.size(); ++c) {
+      std::memcpy(slot + signature_[c].offset, e[c].raw_data(), signature_[c].bytes);
+    }
+  }
+  Element Load(size_t i) const {
+    const char* slot = Slot(i);
+    Element out;
+    out.tensors.reserve(signature_.size());
+    for (const Component& c : signature_) {
+      Tensor t(c.dtype, c.shape);
+      std::memcpy(t.raw_data(), slot + c.offset, c.bytes);
+      out.tensors.push_back(std::move(t));
+    }
+    out.names = names_;
+    return out;
+  }
+  void Unpack() {
+    elements_.reserve(packed_size_ + 1);
+    for (size_t i = 0; i < packed_size_; ++i) elements_.push_back(Load(i));
+    chunks_.clear();
+    packed_size_ = 0;
+    packed_ = false;
+  }
+
+  bool decided_ = false;
+  bool packed_ = false;
+  std::vector<Component> signature_;
+  std::shared_ptr<const std::vector<std::string>> names_;
+  size_t slot_bytes_ = 0, slots_per_chunk_ = 0, packed_size_ = 0;
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  std::vector<Element> elements_;
+};
+
 class ShuffleNode : public DatasetNode {
  public:
   ShuffleNode(Dataset input, int64_t buffer_size, std::optional<uint64_t> seed, bool reshuffle)
@@ -662,6 +794,8 @@ class ShuffleNode : public DatasetNode {
   int64_t Cardinality() const override { return input_.Cardinality(); }
 
  private:
+  // tf.data's algorithm: fill the buffer, then hand out a uniformly chosen buffered element
+  // and put the next input element in its place.
   class It : public UnaryIterator {
    public:
     It(const IteratorContext& ctx, const ShuffleNode* node)
@@ -683,39 +817,37 @@ class ShuffleNode : public DatasetNode {
           input_.reset();
           break;
         }
-        buffer_.push_back(std::move(e));
+        buffer_.PushBack(std::move(e));
       }
       if (buffer_.empty()) {
         *end = true;
         return absl::OkStatus();
       }
       const size_t index = rng_() % buffer_.size();
-      *out = std::move(buffer_[index]);
+      *out = buffer_.Take(index);
       if (!input_done_) {
         bool input_end = false;
         Element next;
         absl::Status s = input_->GetNext(&next, &input_end);
         if (!s.ok()) {
-          buffer_[index] = std::move(buffer_.back());
-          buffer_.pop_back();
+          buffer_.RemoveByMovingLast(index);
           return s;
         }
         if (!input_end) {
-          buffer_[index] = std::move(next);
+          buffer_.Replace(index, std::move(next));
           return absl::OkStatus();
         }
         input_done_ = true;
         input_.reset();
       }
-      buffer_[index] = std::move(buffer_.back());
-      buffer_.pop_back();
+      buffer_.RemoveByMovingLast(index);
       return absl::OkStatus();
     }
 
    private:
     const ShuffleNode* node_;
     std::mt19937_64 rng_;
-    std::vector<Element> buffer_;
+    ShuffleBuffer buffer_;
     bool input_done_ = false;
   };
   Dataset input_;

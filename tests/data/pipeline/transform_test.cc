@@ -74,6 +74,25 @@ TEST(GeneratorTest, EachIteratorRestartsTheGenerator) {
   EXPECT_EQ(starts.load(), 2);
 }
 
+TEST(LifetimeTest, IteratorsOutliveTheirDatasets) {
+  // The Dataset temporaries (and the function's captured state) are gone before GetNext.
+  auto offset = std::make_shared<int64_t>(100);
+  MapFn add_offset = [offset](Element e) -> absl::StatusOr<Element> {
+    return Element({Tensor::Scalar<int64_t>(AsInt64(e) + *offset)});
+  };
+  auto it = *Dataset::Range(3).Map(std::move(add_offset), 2).Prefetch(1).MakeIterator();
+  offset.reset();
+  std::vector<int64_t> out;
+  while (auto next = *it->GetNext()) out.push_back(AsInt64(*next));
+  EXPECT_THAT(out, ElementsAre(100, 101, 102));
+  // Interleave's function returns datasets that only the iterators keep alive.
+  DatasetFn fn = [](Element e) -> absl::StatusOr<Dataset> {
+    auto values = Tensor::FromVector<int64_t>({AsInt64(e), AsInt64(e)});
+    return Dataset::FromTensorSlices(Element({values}));
+  };
+  EXPECT_THAT(*CollectInt64(Dataset::Range(3).FlatMap(fn)), ElementsAre(0, 0, 1, 1, 2, 2));
+}
+
 TEST(MapTest, SequentialAndParallelKeepOrder) {
   std::vector<int64_t> expected = Iota(1, 201);
   EXPECT_THAT(*CollectInt64(Dataset::Range(200).Map(AddFn(1))), ElementsAreArray(expected));
@@ -264,6 +283,37 @@ TEST(ShuffleTest, SeedsAndReshuffling) {
   EXPECT_EQ(*CollectInt64(Dataset::Range(10).Shuffle(1, 5)), Iota(0, 10));
   auto local = *CollectInt64(Dataset::Range(100).Shuffle(4, 9));
   for (size_t i = 0; i < local.size(); ++i) EXPECT_LE(local[i], static_cast<int64_t>(i) + 3);
+}
+
+TEST(ShuffleTest, MixedShapesAndStringsArePermutedIntact) {
+  // Starts packed (fixed shape), then an element of another shape arrives: the buffer
+  // switches to separate elements without losing or corrupting any.
+  MapFn varying = [](Element e) -> absl::StatusOr<Element> {
+    const int64_t x = AsInt64(e);
+    const int64_t n = x < 50 ? 2 : 3;
+    return Element({Tensor::FromVector(std::vector<int64_t>(n, x)),
+                    Tensor::Scalar<std::string>(std::to_string(x))});
+  };
+  MapFn fixed = [](Element e) -> absl::StatusOr<Element> {
+    const int64_t x = AsInt64(e);
+    return Element({Tensor::FromVector(std::vector<int64_t>(x < 50 ? 2 : 3, x))});
+  };
+  for (const MapFn& fn : {varying, fixed}) {
+    auto all = *CollectAll(Dataset::Range(100).Map(fn).Shuffle(30, 4));
+    ASSERT_EQ(all.size(), 100u);
+    std::vector<int64_t> firsts;
+    for (const Element& e : all) {
+      const int64_t x = e[0].data<int64_t>()[0];
+      EXPECT_EQ(e[0].num_elements(), x < 50 ? 2 : 3);
+      EXPECT_EQ(e[0].data<int64_t>()[e[0].num_elements() - 1], x);
+      if (e.size() == 2) {
+        EXPECT_EQ(*e[1].data<std::string>(), std::to_string(x));
+      }
+      firsts.push_back(x);
+    }
+    std::sort(firsts.begin(), firsts.end());
+    EXPECT_EQ(firsts, Iota(0, 100));
+  }
 }
 
 Dataset Repeated(int64_t x, int64_t times) {
