@@ -199,5 +199,39 @@ TEST(ServeModelsE2ETest, SigtermFinishesRequestsInFlight) {
   EXPECT_EQ(ok.load(), 3);
 }
 
+// A real TFX export whose serving signature parses serialized tf.Examples, called as TFX users
+// call it: {"b64": ...} instances.
+TEST(ServeModelsE2ETest, TfxExportTakesBase64Examples) {
+  const std::string dir = MakeTempDir("tfx");
+  fs::create_directories(dir + "/penguin");
+  fs::create_directory_symlink(std::string(KILN_SHARED_DIR) + "/testdata/models/tfx_penguin_keras",
+                               dir + "/penguin/1");
+  ServerProcess server({"serve", "--model_name=penguin", "--model_base_path=" + dir + "/penguin"});
+  ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
+  // tf.Example {culmen_length_mm: 0.3, culmen_depth_mm: 0.5, flipper_length_mm: 0.2,
+  // body_mass_g: 0.4} (float features), serialized and base64-encoded.
+  const std::string example =
+      "CnMKGwoPY3VsbWVuX2RlcHRoX21tEggSBgoEAAAAPwocChBjdWxtZW5fbGVuZ3RoX21tEggSBgoEmpmZPgoXCgtib2"
+      "R5X21hc3NfZxIIEgYKBM3MzD4KHQoRZmxpcHBlcl9sZW5ndGhfbW0SCBIGCgTNzEw+";
+  HttpReply reply = HttpCall(server.rest_port(), "POST", "/v1/models/penguin:predict",
+                             "{\"instances\": [{\"b64\": \"" + example + "\"}, {\"b64\": \"" +
+                                 example + "\"}]}");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  // Two rows of three class probabilities, equal for equal examples, each summing to one.
+  ASSERT_EQ(reply.body.rfind("{\"predictions\": [[", 0), 0u) << reply.body;
+  std::vector<double> values;
+  for (size_t i = 0; i < reply.body.size();) {
+    const size_t start = reply.body.find_first_of("0123456789", i);
+    if (start == std::string::npos) break;
+    size_t end = start;
+    values.push_back(std::stod(reply.body.substr(start), &end));
+    i = start + end;
+  }
+  ASSERT_EQ(values.size(), 6u) << reply.body;
+  EXPECT_NEAR(values[0] + values[1] + values[2], 1.0, 1e-5);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(values[i], values[i + 3]);
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::serving::testing
