@@ -435,11 +435,18 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
       const bool matmul = n.op == "MatMul";
       const bool gemm = n.op == "Gemm";
       if (!conv && !matmul && !gemm) continue;
-      if (n.outputs.empty() || !view.IsFloat(n.outputs[0])) continue;
+      if (n.outputs.empty() || n.inputs.size() < 2) continue;
+      // Float when typed so, or when its weights are float constants (shape inference may not
+      // cover every op, and constant weights fix the dtype).
+      const Tensor* weights = view.Constant(n.inputs[1]);
+      const bool float_weights =
+          weights != nullptr ? weights->dtype() == DType::kFloat32 : view.IsFloat(n.inputs[1]);
+      if (!(view.IsFloat(n.outputs[0]) || float_weights)) continue;
       if (matmul) {
         // Only the Linear form (B a matrix) has a single bias row for every output row.
         const ir::TensorType& bt = g.value(n.inputs[1]).type;
-        if (!bt.rank_known || bt.rank() != 2) continue;
+        const int b_rank = weights != nullptr ? weights->rank() : bt.rank_known ? bt.rank() : -1;
+        if (b_rank != 2) continue;
       }
     }
     std::vector<std::string> post_ops;
@@ -465,11 +472,17 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
           if (is_conv) {
             const Tensor* w = view.Constant(n.inputs[1]);
             if (w) channels = w->dim(0);
+          } else if (const Tensor* w = view.Constant(n.inputs[1]); w != nullptr && w->rank() == 2) {
+            channels = n.GetInt("transB", 0) ? w->dim(0) : w->dim(1);
           } else if (ot.rank_known && ot.rank() >= 1 && ot.dims.back().is_known()) {
             channels = ot.dims.back().value;
           }
-          bool fits = channels > 0 && c->num_elements() == channels && ot.rank_known && c->rank() <= ot.rank();
-          if (fits) {
+          // Without a known output rank, accept only a bias that is a plain vector [channels]
+          // (for Conv that would broadcast over the wrong axis, so Conv needs the rank).
+          const bool vector_bias = !is_conv && c->rank() == 1;
+          bool fits = channels > 0 && c->num_elements() == channels &&
+                      (vector_bias || (ot.rank_known && c->rank() <= ot.rank()));
+          if (fits && !vector_bias) {
             // Every dimension of c is 1 except the channel (Conv: axis 1; others: last).
             const int channel_axis = is_conv ? 1 : ot.rank() - 1;
             const int offset = ot.rank() - c->rank();
