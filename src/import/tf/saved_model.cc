@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -116,7 +117,9 @@ absl::Status ImportSignatures(const tensorflow::MetaGraphDef& meta, Converter& c
     out.key = key;
     out.method_name = sig.method_name();
     std::vector<Converter::Feed> feeds;
-    for (const auto& [input_key, info] : sig.inputs()) {
+    // Keys in sorted order: protobuf map iteration order is unspecified.
+    for (const auto& [input_key, info] :
+         std::map<std::string, tensorflow::TensorInfo>(sig.inputs().begin(), sig.inputs().end())) {
       KILN_ASSIGN_OR_RETURN(TensorInfo ti,
                             ToTensorInfo(info, absl::StrCat("signature '", key, "' input '",
                                                             input_key, "'")));
@@ -126,7 +129,8 @@ absl::Status ImportSignatures(const tensorflow::MetaGraphDef& meta, Converter& c
       out.inputs[input_key] = ti;
     }
     std::vector<std::string> fetches;
-    for (const auto& [output_key, info] : sig.outputs()) {
+    for (const auto& [output_key, info] :
+         std::map<std::string, tensorflow::TensorInfo>(sig.outputs().begin(), sig.outputs().end())) {
       KILN_ASSIGN_OR_RETURN(TensorInfo ti,
                             ToTensorInfo(info, absl::StrCat("signature '", key, "' output '",
                                                             output_key, "'")));
