@@ -157,6 +157,42 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
       t.dims.push_back(b->dims[b->rank() - 1]);
       out[0] = t;
     };
+    // Conv (and the optimizer's FusedConv): [N, M, spatial...] with ONNX's size formula.
+    Rule conv = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* x = InputType(g, n, 0);
+      const TensorType* w = InputType(g, n, 1);
+      if (!x || !w || !x->rank_known || !w->rank_known || x->rank() < 3 || w->rank() != x->rank()) return;
+      const int spatial = x->rank() - 2;
+      TensorType t{x->dtype, true, {x->dims[0], w->dims[0]}};
+      std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+      const std::vector<int64_t> strides = n.GetInts("strides", std::vector<int64_t>(spatial, 1));
+      const std::vector<int64_t> dil = n.GetInts("dilations", std::vector<int64_t>(spatial, 1));
+      const std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
+      const std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+      for (int i = 0; i < spatial; ++i) {
+        const Dim& in = x->dims[2 + i];
+        int64_t k = i < static_cast<int>(kernel.size()) ? kernel[i]
+                    : w->dims[2 + i].is_known() ? w->dims[2 + i].value : -1;
+        if (!in.is_known() || k < 0 || strides.size() != static_cast<size_t>(spatial) ||
+            dil.size() != static_cast<size_t>(spatial) || pads.size() != static_cast<size_t>(2 * spatial)) {
+          t.dims.push_back(Dim::Unknown());
+          continue;
+        }
+        const int64_t k_eff = (k - 1) * dil[i] + 1;
+        int64_t o;
+        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+          o = (in.value + strides[i] - 1) / strides[i];
+        } else if (auto_pad == "VALID") {
+          o = (in.value - k_eff) / strides[i] + 1;
+        } else {
+          o = (in.value + pads[i] + pads[spatial + i] - k_eff) / strides[i] + 1;
+        }
+        t.dims.push_back(Dim::Known(o));
+      }
+      out[0] = t;
+    };
+    (*r)["Conv"] = conv;
+    (*r)["FusedConv"] = conv;
     (*r)["Gemm"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
       const TensorType* a = InputType(g, n, 0);
       const TensorType* b = InputType(g, n, 1);

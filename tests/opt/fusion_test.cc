@@ -1,0 +1,161 @@
+// The fusion passes on small graphs built here: each test checks the rewritten structure and
+// that the optimized graph computes what the original computes.
+#include "kiln/opt/fusion.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "kiln/exec/plan.h"
+#include "kiln/opt/pass.h"
+
+namespace kiln::opt {
+namespace {
+
+using ir::Graph;
+using ir::TensorType;
+using ir::ValueId;
+
+Tensor Random(Shape shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Tensor t(DType::kFloat32, shape);
+  for (float& v : t.span<float>()) v = dist(rng);
+  return t;
+}
+
+ValueId Const(Graph& g, const std::string& name, Tensor t) { return g.AddConstant(name, std::move(t)); }
+ValueId Scalar(Graph& g, const std::string& name, float v) { return g.AddConstant(name, Tensor::Scalar<float>(v)); }
+
+ValueId Op(Graph& g, const std::string& op, std::vector<ValueId> inputs,
+           std::map<std::string, ir::Attribute> attrs = {}) {
+  const ir::NodeId id = g.AddNode(op, std::move(inputs), 1, std::move(attrs), op);
+  return g.node(id).outputs[0];
+}
+
+std::vector<Tensor> Run(const Graph& graph, const std::vector<Tensor>& inputs) {
+  std::vector<Shape> shapes;
+  for (const Tensor& t : inputs) shapes.push_back(t.shape());
+  auto plan = exec::CompiledPlan::Compile(std::make_shared<Graph>(graph), shapes);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::vector<Tensor> outputs;
+  absl::Status st = (*plan)->Run(inputs, &outputs);
+  EXPECT_TRUE(st.ok()) << st;
+  return outputs;
+}
+
+// Optimizes a copy of `graph` and checks it still computes the same outputs.
+Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs, std::string* log_text = nullptr) {
+  Graph optimized = graph;
+  OptimizationLog log;
+  absl::Status st = Optimize(optimized, PassOptions{}, &log);
+  EXPECT_TRUE(st.ok()) << st;
+  if (log_text) *log_text = log.ToString();
+  const std::vector<Tensor> expected = Run(graph, inputs);
+  const std::vector<Tensor> actual = Run(optimized, inputs);
+  EXPECT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+    EXPECT_TRUE(TensorsAllClose(actual[i], expected[i], 1e-4, 1e-5))
+        << "output " << i << "\nexpected " << expected[i].DebugString() << "\nactual   " << actual[i].DebugString();
+  }
+  return optimized;
+}
+
+std::multiset<std::string> LiveOps(const Graph& g) {
+  std::multiset<std::string> ops;
+  for (const ir::Node& n : g.nodes()) {
+    if (!n.removed) ops.insert(n.op);
+  }
+  return ops;
+}
+
+TEST(FusionTest, ResidualBlockBecomesTwoFusedConvs) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 8, 6, 6}));
+  g.inputs = {x};
+  auto bn = [&](ValueId in, int seed) {
+    return Op(g, "BatchNormalization",
+              {in, Const(g, "s", Random(Shape{8}, seed, 0.5f, 1.5f)), Const(g, "b", Random(Shape{8}, seed + 1)),
+               Const(g, "m", Random(Shape{8}, seed + 2)), Const(g, "v", Random(Shape{8}, seed + 3, 0.5f, 2.0f))});
+  };
+  const std::vector<int64_t> pads = {1, 1, 1, 1};
+  ValueId y = Op(g, "Conv", {x, Const(g, "w1", Random(Shape{8, 8, 3, 3}, 1)), Const(g, "b1", Random(Shape{8}, 2))},
+                 {{"pads", pads}});
+  y = Op(g, "Relu", {bn(y, 10)});
+  y = Op(g, "Conv", {y, Const(g, "w2", Random(Shape{8, 8, 3, 3}, 3))}, {{"pads", pads}});
+  y = Op(g, "Relu", {Op(g, "Add", {bn(y, 20), x})});
+  g.outputs = {y};
+  std::string log;
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{1, 8, 6, 6}, 99)}, &log);
+  EXPECT_EQ(LiveOps(opt), (std::multiset<std::string>{"FusedConv", "FusedConv"})) << opt.ToString() << log;
+  EXPECT_NE(log.find("batchnorm_folding"), std::string::npos) << log;
+}
+
+TEST(FusionTest, DecomposedGeluAfterLinearBecomesFusedMatMul) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {4, 16}));
+  g.inputs = {x};
+  ValueId h = Op(g, "MatMul", {x, Const(g, "w", Random(Shape{16, 8}, 1))});
+  h = Op(g, "Add", {h, Const(g, "bias", Random(Shape{8}, 2))});
+  ValueId e = Op(g, "Erf", {Op(g, "Div", {h, Scalar(g, "sqrt2", 1.4142135f)})});
+  ValueId y = Op(g, "Mul", {Op(g, "Mul", {h, Op(g, "Add", {e, Scalar(g, "one", 1.0f)})}), Scalar(g, "half", 0.5f)});
+  g.outputs = {y};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{4, 16}, 5)});
+  EXPECT_EQ(LiveOps(opt), (std::multiset<std::string>{"FusedMatMul"})) << opt.ToString();
+}
+
+TEST(FusionTest, DecomposedLayerNormBecomesLayerNormalization) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {3, 10}));
+  g.inputs = {x};
+  const ValueId axes = Const(g, "axes", Tensor::FromVector<int64_t>({-1}));
+  ValueId mean = Op(g, "ReduceMean", {x, axes});
+  ValueId d = Op(g, "Sub", {x, mean});
+  ValueId var = Op(g, "ReduceMean", {Op(g, "Pow", {d, Scalar(g, "two", 2.0f)}), axes});
+  ValueId n = Op(g, "Div", {d, Op(g, "Sqrt", {Op(g, "Add", {var, Scalar(g, "eps", 1e-5f)})})});
+  ValueId y = Op(g, "Add", {Op(g, "Mul", {n, Const(g, "gamma", Random(Shape{10}, 3))}), Const(g, "beta", Random(Shape{10}, 4))});
+  g.outputs = {y};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{3, 10}, 7)});
+  EXPECT_EQ(LiveOps(opt), (std::multiset<std::string>{"LayerNormalization"})) << opt.ToString();
+}
+
+TEST(FusionTest, ElementwiseChainBecomesOneNode) {
+  Graph g;
+  const ValueId a = g.AddValue("a", TensorType::Of(DType::kFloat32, {2, 5}));
+  const ValueId b = g.AddValue("b", TensorType::Of(DType::kFloat32, {5}));
+  g.inputs = {a, b};
+  ValueId y = Op(g, "Sigmoid", {Op(g, "Mul", {Op(g, "Relu", {Op(g, "Add", {a, b})}), Scalar(g, "k", 2.0f)})});
+  g.outputs = {y};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{2, 5}, 1), Random(Shape{5}, 2)});
+  EXPECT_EQ(LiveOps(opt), (std::multiset<std::string>{"FusedElementwise"})) << opt.ToString();
+}
+
+TEST(FusionTest, CancellingTransposesAndDuplicatesDisappear) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 3, 4}));
+  g.inputs = {x};
+  const std::vector<int64_t> perm = {0, 2, 1};
+  ValueId t = Op(g, "Transpose", {Op(g, "Transpose", {x}, {{"perm", perm}})}, {{"perm", perm}});
+  ValueId e1 = Op(g, "Exp", {t});
+  ValueId e2 = Op(g, "Exp", {t});
+  g.outputs = {Op(g, "Sub", {e1, e2})};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{2, 3, 4}, 3)});
+  const auto ops = LiveOps(opt);
+  EXPECT_EQ(ops.count("Transpose"), 0u) << opt.ToString();
+  EXPECT_LE(ops.size(), 2u) << opt.ToString();
+}
+
+TEST(FusionTest, SharedIntermediateIsNotFused) {
+  // The Conv output is read twice, so the Relu must not be folded into it.
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 2, 4, 4}));
+  g.inputs = {x};
+  ValueId c = Op(g, "Conv", {x, Const(g, "w", Random(Shape{2, 2, 1, 1}, 1))});
+  g.outputs = {Op(g, "Relu", {c}), c};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{1, 2, 4, 4}, 2)});
+  EXPECT_EQ(LiveOps(opt).count("Conv"), 1u) << opt.ToString();
+}
+
+}  // namespace
+}  // namespace kiln::opt
