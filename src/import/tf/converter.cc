@@ -723,8 +723,14 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
     KILN_ASSIGN_OR_RETURN(v.table, TableOf(scope, node));
     return std::vector<TfValue>{v};
   }
+  // A write that is not the saver's restore (which Kiln replays at import) changes state
+  // at run time, which constants cannot do.
+  const bool restore_write =
+      (op == "Assign" || op == "AssignVariableOp") && node.input_size() > 1 &&
+      absl::StrContains(node.input(1), "Restore");
   if (op == "AssignAdd" || op == "AssignSub" || op == "AssignAddVariableOp" ||
-      op == "AssignSubVariableOp") {
+      op == "AssignSubVariableOp" ||
+      ((op == "Assign" || op == "AssignVariableOp") && !restore_write)) {
     return absl::UnimplementedError(absl::StrCat(
         DescribeNode(scope, node),
         ": stateful models are not supported (variables are imported as constants)"));
