@@ -1,6 +1,8 @@
 #include "kiln/core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -44,6 +46,35 @@ TEST(TensorTest, StringTensorsOwnTheirStrings) {
   EXPECT_NE(copy.buffer(), t.buffer());
   EXPECT_EQ(copy.data<std::string>()[0].size(), 1000u);
   EXPECT_TRUE(TensorsEqual(copy, t));
+}
+
+TEST(TensorTest, LargeBuffersAreReusedAndZeroedWhenAsked) {
+  // A batch of 64 images of 224x224x3 floats: freed and allocated again every step.
+  const Shape batch{64, 224, 224, 3};
+  void* first = nullptr;
+  {
+    Tensor t(DType::kFloat32, batch);
+    first = t.raw_data();
+    std::fill(t.data<float>(), t.data<float>() + t.num_elements(), 7.0f);
+  }
+  Tensor again(DType::kFloat32, batch);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(again.raw_data(), first) << "a freed large block of the same size is reused";
+#endif
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
+  // Zeros() must not see the previous contents of a reused block.
+  again = Tensor();
+  Tensor zeros = Tensor::Zeros(DType::kFloat32, batch);
+  for (int64_t i = 0; i < zeros.num_elements(); i += 4099) {
+    ASSERT_EQ(zeros.data<float>()[i], 0.0f) << i;
+  }
+  // The cache is bounded: many live blocks, all freed, do not stay cached beyond its limit,
+  // and every allocation still succeeds.
+  std::vector<Tensor> many;
+  for (int i = 0; i < 40; ++i) many.emplace_back(DType::kUInt8, Shape{(int64_t{3} << 20) + i * 64});
+  many.clear();
+  Tensor after(DType::kUInt8, Shape{int64_t{3} << 20});
+  EXPECT_NE(after.raw_data(), nullptr);
 }
 
 TEST(TensorTest, ReshapeChecksElementCount) {
