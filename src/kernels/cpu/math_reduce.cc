@@ -157,6 +157,7 @@ class ReduceKernel : public MathKernel {
         has_attr_axes_(node.HasAttr("axes")) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
+    dynamic_axes_ = false;
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("input 'data' is missing");
     const DType dt = ctx.inputs[0].dtype;
     const bool float_only = kind_ == ReduceKind::kLogSum || kind_ == ReduceKind::kLogSumExp ||
@@ -170,7 +171,13 @@ class ReduceKernel : public MathKernel {
     bool axes_given = has_attr_axes_;
     if (Present(ctx, 1)) {
       if (ctx.inputs[1].constant == nullptr) {
-        return Error("input 'axes' must be a constant (known when the plan is compiled)");
+        // Axes fed at run time: the output shape depends on their values, so Compute
+        // prepares a copy of this kernel for them (rare; allocates per run).
+        dynamic_axes_ = true;
+        ctx.SetNumOutputs(1);
+        ctx.output_dtypes[0] = dt;
+        ctx.output_dynamic[0] = true;
+        return absl::OkStatus();
       }
       KILN_ASSIGN_OR_RETURN(axes, ReadIntValues(*ctx.inputs[1].constant, where(), "axes"));
       axes_given = true;
@@ -232,6 +239,7 @@ class ReduceKernel : public MathKernel {
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
+    if (dynamic_axes_) return ComputeWithRuntimeAxes(ctx);
     const Tensor& in = ctx.inputs[0];
     Tensor& out = ctx.outputs[0];
     if (noop_) {
@@ -256,6 +264,30 @@ class ReduceKernel : public MathKernel {
   }
 
  private:
+  absl::Status ComputeWithRuntimeAxes(ComputeContext& ctx) const {
+    ReduceKernel prepared(*this);
+    prepared.dynamic_axes_ = false;
+    PrepareContext prepare;
+    prepare.intra_op_threads = ctx.intra_op_threads;
+    for (const Tensor& t : ctx.inputs) {
+      InputInfo info;
+      if (t.valid()) {
+        info.dtype = t.dtype();
+        info.shape = t.shape();
+        info.constant = &t;
+      }
+      prepare.inputs.push_back(info);
+    }
+    prepare.inputs[0].constant = nullptr;
+    KILN_RETURN_IF_ERROR(prepare.inputs[1].present() ? prepared.Prepare(prepare)
+                                                     : Error("input 'axes' is missing"));
+    ctx.Allocate(0, prepare.output_dtypes[0], prepare.output_shapes[0]);
+    std::shared_ptr<Buffer> scratch = Buffer::Allocate(prepare.scratch_bytes);
+    ComputeContext sub = ctx;
+    sub.scratch = scratch->data();
+    return prepared.Compute(sub);
+  }
+
   template <typename T>
   void RunTyped(const ComputeContext& ctx, const Tensor& in, Tensor& out) const {
     switch (kind_) {
@@ -407,6 +439,7 @@ class ReduceKernel : public MathKernel {
   int64_t count_ = 1;
   int64_t inter_ = 1;
   bool noop_ = false;
+  bool dynamic_axes_ = false;
 };
 
 // ArgMax / ArgMin along one axis; int64 output.

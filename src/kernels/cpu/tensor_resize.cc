@@ -1,7 +1,9 @@
-// Resize(X, roi?, scales?, sizes?): ONNX opset 19 semantics without tf_crop_and_resize and
-// antialias. Modes nearest (any dtype, strings too), linear and cubic (numeric), every
-// coordinate_transformation_mode except tf_crop_and_resize, the four nearest_modes,
-// cubic_coeff_a, exclude_outside, axes and keep_aspect_ratio_policy.
+// Resize(X, roi?, scales?, sizes?): ONNX opset 19 semantics without antialias. Modes nearest
+// (any dtype, strings too), linear and cubic (numeric), every coordinate_transformation_mode
+// (tf_crop_and_resize with its roi and extrapolation_value, numeric only), the four
+// nearest_modes, cubic_coeff_a, exclude_outside, axes and keep_aspect_ratio_policy.
+// As in ONNX's reference, coordinates use the unrounded output length in * scale (which
+// differs from the integer output length when scales, not sizes, are given).
 //
 // The interpolation is separable: each resized axis is one pass over the data with a
 // precomputed table of (source index, weight) taps per output position, so the inner loop
@@ -23,7 +25,8 @@ enum class Coord {
   kPytorchHalfPixel,
   kAlignCorners,
   kAsymmetric,
-  kTfHalfPixelForNn
+  kTfHalfPixelForNn,
+  kTfCropAndResize
 };
 enum class Nearest { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
 
@@ -32,6 +35,10 @@ struct AxisTaps {
   int taps = 1;                 // per output position
   std::vector<int64_t> index;   // out * taps
   std::vector<float> weight;    // out * taps
+  // tf_crop_and_resize: per output position, the value added to the weighted taps
+  // (extrapolation_value where the position falls outside the input, whose taps then
+  // weigh 0). Empty otherwise.
+  std::vector<float> bias;
   bool identity = false;
 };
 
@@ -46,6 +53,7 @@ class ResizeKernel : public TensorKernel {
       : TensorKernel(node),
         cubic_a_(node.GetFloat("cubic_coeff_a", -0.75f)),
         exclude_outside_(node.GetInt("exclude_outside", 0) != 0),
+        extrapolation_value_(node.GetFloat("extrapolation_value", 0.f)),
         axes_attr_(node.GetInts("axes")) {
     const std::string mode = node.GetString("mode", "nearest");
     if (mode == "nearest") {
@@ -70,6 +78,8 @@ class ResizeKernel : public TensorKernel {
       coord_ = Coord::kAsymmetric;
     } else if (coord == "tf_half_pixel_for_nn") {
       coord_ = Coord::kTfHalfPixelForNn;
+    } else if (coord == "tf_crop_and_resize") {
+      coord_ = Coord::kTfCropAndResize;
     } else {
       SetAttrError(Error("coordinate_transformation_mode '", coord, "' is not supported"));
     }
@@ -102,8 +112,10 @@ class ResizeKernel : public TensorKernel {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty()) return Error("input X is missing");
     const DType dtype = ctx.inputs[0].dtype;
-    if (mode_ != Mode::kNearest && (dtype == DType::kString || dtype == DType::kBool)) {
-      return Error("linear/cubic resize needs a numeric input, got ", DTypeName(dtype));
+    if ((mode_ != Mode::kNearest || coord_ == Coord::kTfCropAndResize) &&
+        (dtype == DType::kString || dtype == DType::kBool)) {
+      return Error("linear/cubic resize and tf_crop_and_resize need a numeric input, got ",
+                   DTypeName(dtype));
     }
     // Resize-10 and Upsample take (X, scales).
     if (ctx.inputs.size() == 2) scales_input_ = 1;
@@ -115,13 +127,18 @@ class ResizeKernel : public TensorKernel {
     const Tensor* scales =
         InputPresent(ctx, scales_input_) ? ConstantInput(ctx, scales_input_) : nullptr;
     const Tensor* sizes = InputPresent(ctx, 3) ? ConstantInput(ctx, 3) : nullptr;
+    const bool uses_roi = coord_ == Coord::kTfCropAndResize;
+    if (uses_roi && (scales_input_ != 2 || !InputPresent(ctx, 1))) {
+      return Error("tf_crop_and_resize needs the roi input");
+    }
+    const Tensor* roi = uses_roi ? ConstantInput(ctx, 1) : nullptr;
     dynamic_ = (InputPresent(ctx, scales_input_) && scales == nullptr) ||
-               (InputPresent(ctx, 3) && sizes == nullptr);
+               (InputPresent(ctx, 3) && sizes == nullptr) || (uses_roi && roi == nullptr);
     if (dynamic_) {
       ctx.output_dynamic[0] = true;
       return absl::OkStatus();
     }
-    auto plan = MakePlan(ctx.inputs[0].shape, scales, sizes);
+    auto plan = MakePlan(ctx.inputs[0].shape, scales, sizes, roi);
     if (!plan.ok()) return plan.status();
     plan_ = *std::move(plan);
     ctx.output_shapes[0] = plan_.out_shape;
@@ -136,13 +153,14 @@ class ResizeKernel : public TensorKernel {
       const Tensor* scales =
           InputPresent(ctx, scales_input_) ? &ctx.inputs[scales_input_] : nullptr;
       const Tensor* sizes = InputPresent(ctx, 3) ? &ctx.inputs[3] : nullptr;
-      KILN_ASSIGN_OR_RETURN(dynamic_plan, MakePlan(x.shape(), scales, sizes));
+      const Tensor* roi = coord_ == Coord::kTfCropAndResize ? &ctx.inputs[1] : nullptr;
+      KILN_ASSIGN_OR_RETURN(dynamic_plan, MakePlan(x.shape(), scales, sizes, roi));
       plan = &dynamic_plan;
       ctx.Allocate(0, x.dtype(), plan->out_shape);
     }
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
-    if (mode_ == Mode::kNearest) {
+    if (mode_ == Mode::kNearest && coord_ != Coord::kTfCropAndResize) {
       RunNearest(x, *plan, y, ctx);
     } else {
       RunInterpolated(x, *plan, y, ctx);
@@ -152,7 +170,7 @@ class ResizeKernel : public TensorKernel {
 
  private:
   absl::StatusOr<ResizePlan> MakePlan(const Shape& in, const Tensor* scales_t,
-                                      const Tensor* sizes_t) const {
+                                      const Tensor* sizes_t, const Tensor* roi_t) const {
     const int rank = in.rank();
     std::vector<int64_t> axes = axes_attr_;
     if (axes.empty()) {
@@ -205,13 +223,35 @@ class ResizeKernel : public TensorKernel {
         out[axes[i]] = static_cast<int64_t>(std::floor(in.dim(static_cast<int>(axes[i])) * s));
       }
     }
+    // roi: starts then ends, for the resized axes (or all axes); [0, 1] elsewhere.
+    std::vector<double> roi_start(rank, 0.0), roi_end(rank, 1.0);
+    if (roi_t != nullptr) {
+      if (roi_t->dtype() != DType::kFloat32 && roi_t->dtype() != DType::kFloat64 &&
+          roi_t->dtype() != DType::kFloat16) {
+        return Error("roi must be float, got ", DTypeName(roi_t->dtype()));
+      }
+      if (static_cast<size_t>(roi_t->num_elements()) != 2 * axes.size()) {
+        return Error("roi has ", roi_t->num_elements(), " values; expected ", 2 * axes.size(),
+                     " (start and end for ", axes.size(), " axes)");
+      }
+      for (size_t i = 0; i < axes.size(); ++i) {
+        roi_start[axes[i]] = ReadAsDouble(*roi_t, static_cast<int64_t>(i));
+        roi_end[axes[i]] = ReadAsDouble(*roi_t, static_cast<int64_t>(i + axes.size()));
+      }
+    }
     ResizePlan plan;
     plan.out_shape = Shape(out);
-    for (int d = 0; d < rank; ++d) plan.axes.push_back(MakeTaps(in.dim(d), out[d], scale[d]));
+    for (int d = 0; d < rank; ++d) {
+      plan.axes.push_back(MakeTaps(in.dim(d), out[d], scale[d], roi_start[d], roi_end[d]));
+    }
     return plan;
   }
 
-  double SourceCoord(int64_t x, int64_t in, int64_t out, double scale) const {
+  // The input coordinate of output position x; `out` is the integer output length, while
+  // the reference's formulas use the unrounded length in * scale.
+  double SourceCoord(int64_t x, int64_t in, int64_t out, double scale, double roi_start,
+                     double roi_end) const {
+    const double out_length = scale * in;
     switch (coord_) {
       case Coord::kHalfPixel:
         return (x + 0.5) / scale - 0.5;
@@ -222,9 +262,14 @@ class ResizeKernel : public TensorKernel {
         return offset + (x + 0.5) / scale - 0.5;
       }
       case Coord::kPytorchHalfPixel:
-        return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+        return out_length > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
       case Coord::kAlignCorners:
-        return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out - 1);
+        return out_length == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out_length - 1);
+      case Coord::kTfCropAndResize: {
+        const double extent = (roi_end - roi_start) * (in - 1);
+        const double offset = roi_start * (in - 1);
+        return out_length == 1 ? offset + extent / 2 : offset + x * extent / (out_length - 1);
+      }
       case Coord::kAsymmetric:
         return x / scale;
       case Coord::kTfHalfPixelForNn:
@@ -249,23 +294,35 @@ class ResizeKernel : public TensorKernel {
     return 0;
   }
 
-  AxisTaps MakeTaps(int64_t in, int64_t out, double scale) const {
+  AxisTaps MakeTaps(int64_t in, int64_t out, double scale, double roi_start,
+                    double roi_end) const {
     AxisTaps t;
     t.in = in;
     t.out = out;
     if (in == out && scale == 1.0 &&
-        (coord_ != Coord::kTfHalfPixelForNn || mode_ != Mode::kNearest)) {
+        (coord_ != Coord::kTfHalfPixelForNn || mode_ != Mode::kNearest) &&
+        (coord_ != Coord::kTfCropAndResize || (roi_start == 0.0 && roi_end == 1.0))) {
       t.identity = true;
     }
+    const bool crop = coord_ == Coord::kTfCropAndResize && !t.identity;
+    if (crop) t.bias.assign(out, 0.f);
     t.taps = mode_ == Mode::kNearest ? 1 : mode_ == Mode::kLinear ? 2 : 4;
     t.index.resize(out * t.taps);
     t.weight.resize(out * t.taps);
     if (in == 0) return t;
     auto clamp = [in](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
     for (int64_t o = 0; o < out; ++o) {
-      const double x = SourceCoord(o, in, out, scale);
+      const double x = SourceCoord(o, in, out, scale, roi_start, roi_end);
       int64_t* idx = &t.index[o * t.taps];
       float* w = &t.weight[o * t.taps];
+      if (crop && (x < 0 || x > in - 1)) {  // TF's CropAndResize: a constant outside
+        for (int k = 0; k < t.taps; ++k) {
+          idx[k] = 0;
+          w[k] = 0;
+        }
+        t.bias[o] = extrapolation_value_;
+        continue;
+      }
       if (mode_ == Mode::kNearest) {
         idx[0] = clamp(NearestIndex(x));
         w[0] = 1;
@@ -402,7 +459,7 @@ class ResizeKernel : public TensorKernel {
           const int64_t row = o * a.in;
           const int64_t* idx = &a.index[j * taps];
           const float* wt = &a.weight[j * taps];
-          Acc sum = 0;
+          Acc sum = a.bias.empty() ? Acc(0) : static_cast<Acc>(a.bias[j]);
           for (int t = 0; t < taps; ++t) {
             const Acc v = first ? static_cast<Acc>(AsDouble(xin[row + idx[t]])) : cin[row + idx[t]];
             sum += static_cast<Acc>(wt[t]) * v;
@@ -424,7 +481,7 @@ class ResizeKernel : public TensorKernel {
         std::vector<Acc> acc(inner);
         for (int64_t u = begin; u < end; ++u) {
           const int64_t o = u / a.out, j = u % a.out;
-          std::fill(acc.begin(), acc.end(), Acc(0));
+          std::fill(acc.begin(), acc.end(), a.bias.empty() ? Acc(0) : static_cast<Acc>(a.bias[j]));
           for (int t = 0; t < taps; ++t) {
             const Acc w = static_cast<Acc>(a.weight[j * taps + t]);
             if (w == 0) continue;
@@ -456,6 +513,7 @@ class ResizeKernel : public TensorKernel {
   int policy_ = 0;
   float cubic_a_;
   bool exclude_outside_;
+  float extrapolation_value_;
   std::vector<int64_t> axes_attr_;
   int scales_input_ = 2;
   bool dynamic_ = false;
