@@ -231,6 +231,7 @@ class OpContext {
   Scope* scope_;
   const tensorflow::NodeDef& node_;
   std::vector<TfValue> inputs_;
+  std::vector<std::optional<Tensor>> const_inputs_;
   std::vector<TfValue> outputs_;
 };
 

@@ -97,7 +97,16 @@ absl::StatusOr<int> FlatOutputIndex(const tensorflow::NodeDef& node, const std::
 
 OpContext::OpContext(Converter* converter, Scope* scope, const tensorflow::NodeDef& node,
                      std::vector<TfValue> inputs)
-    : converter_(converter), scope_(scope), node_(node), inputs_(std::move(inputs)) {}
+    : converter_(converter), scope_(scope), node_(node), inputs_(std::move(inputs)) {
+  // Shallow copies: a pointer into the graph's value table would dangle as soon as a
+  // converter adds a value (the table is a vector that reallocates).
+  const_inputs_.resize(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (inputs_[i].id == ir::kNoValue) continue;
+    const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
+    if (v.constant.has_value()) const_inputs_[i] = *v.constant;
+  }
+}
 
 absl::Status OpContext::Error(absl::string_view message) const {
   return absl::InvalidArgumentError(absl::StrCat(DescribeNode(scope_, node_), ": ", message));
@@ -167,9 +176,8 @@ std::string OpContext::AttrFunction(const std::string& name) const {
 ir::Graph& OpContext::graph() { return *scope_->frame->graph; }
 
 const Tensor* OpContext::ConstInput(int i) const {
-  if (i >= num_inputs() || inputs_[i].id == ir::kNoValue) return nullptr;
-  const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
-  return v.constant.has_value() ? &*v.constant : nullptr;
+  if (i < 0 || i >= num_inputs() || !const_inputs_[i].has_value()) return nullptr;
+  return &*const_inputs_[i];
 }
 
 absl::StatusOr<std::vector<int64_t>> OpContext::ConstInts(int i) const {
