@@ -200,16 +200,130 @@ TEST(RealModelsTest, TfTextCustomOpsArePrunedFromServingDefault) {
   }
 }
 
-TEST(RealModelsTest, TaxiEstimatorsLoadOrNameWhatIsMissing) {
-  for (const char* name : {"tfx_taxi_estimator_serving", "tfx_taxi_estimator_tf1_2019"}) {
-    auto model = ImportSavedModel(ModelsDir(name));
-    if (!model.ok()) {
-      // Until the sparse feature-column ops are supported the error must name one.
-      EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();
-      EXPECT_TRUE(absl::StrContains(model.status().message(), "(op ")) << model.status();
-      continue;
+// The Chicago taxi features as each export parses them (VarLenFeatures: 's'tring, 'i'nt64,
+// 'f'loat), in the order of the ParseExample sparse keys.
+struct TaxiFeature {
+  const char* name;
+  double value;  // numbers; the census tracts are also written as strings where parsed so
+};
+constexpr TaxiFeature kTaxiFeatures[] = {
+    {"company", 0},           {"dropoff_census_tract", 17031081500},
+    {"dropoff_community_area", 8}, {"dropoff_latitude", 41.8993},
+    {"dropoff_longitude", -87.6336}, {"fare", 9.25},
+    {"payment_type", 0},      {"pickup_census_tract", 17031839100},
+    {"pickup_community_area", 32}, {"pickup_latitude", 41.8850},
+    {"pickup_longitude", -87.6428}, {"trip_miles", 1.8},
+    {"trip_seconds", 600},    {"trip_start_day", 3},
+    {"trip_start_hour", 14},  {"trip_start_month", 6},
+    {"trip_start_timestamp", 1420000000}};
+
+// Row r of a batch of taxi tf.Examples: values vary with r; row 2 leaves out the company and
+// the dropoff place (optional features, as in the real data), row 1 has an unknown company.
+std::string TaxiExample(const char* types, int r) {
+  tensorflow::Example e;
+  auto& features = *e.mutable_features()->mutable_feature();
+  const char* companies[] = {"Taxi Affiliation Services", "No Such Cab Co", "Flash Cab"};
+  const char* payments[] = {"Cash", "Credit Card", "No Charge"};
+  for (int f = 0; f < 17; ++f) {
+    const TaxiFeature& feature = kTaxiFeatures[f];
+    const std::string name = feature.name;
+    if (r == 2 && (name == "company" || absl::StartsWith(name, "dropoff"))) continue;
+    tensorflow::Feature& out = features[name];
+    const double v = feature.value * (1.0 + 0.01 * r) + (name == "trip_start_hour" ? r : 0);
+    switch (types[f]) {
+      case 's':
+        if (name == "company") {
+          out.mutable_bytes_list()->add_value(companies[r % 3]);
+        } else if (name == "payment_type") {
+          out.mutable_bytes_list()->add_value(payments[r % 3]);
+        } else {
+          out.mutable_bytes_list()->add_value(std::to_string(static_cast<int64_t>(v)));
+        }
+        break;
+      case 'i': out.mutable_int64_list()->add_value(static_cast<int64_t>(v)); break;
+      default: out.mutable_float_list()->add_value(static_cast<float>(v)); break;
     }
-    EXPECT_EQ(model->signatures.size(), 4u) << name;
+  }
+  return e.SerializeAsString();
+}
+
+void ExpectDeclared(const SignatureGraph& sig, const std::string& key, const Tensor& t,
+                    int64_t batch) {
+  const TensorInfo& info = sig.outputs.at(key);
+  EXPECT_EQ(t.dtype(), info.dtype) << sig.key << " " << key;
+  ASSERT_TRUE(info.rank_known) << key;
+  ASSERT_EQ(t.rank(), static_cast<int>(info.shape.size())) << sig.key << " " << key;
+  for (int d = 0; d < t.rank(); ++d) {
+    EXPECT_EQ(t.dim(d), info.shape[d] < 0 ? batch : info.shape[d]) << sig.key << " " << key;
+  }
+}
+
+// Both wide-and-deep exports: the TF2.9 one creates its vocabulary tables inside functions
+// and initializes them in others; the TF1.13 one feeds BucketizeWithInputBoundaries from
+// Const -> ExpandDims. Every signature runs on tf.Examples; the head's outputs agree.
+TEST(RealModelsTest, TaxiEstimatorsRunEverySignature) {
+  const std::pair<const char*, std::string> exports[] = {
+      {"tfx_taxi_estimator_serving", "siifffsiifffiiiii"},
+      {"tfx_taxi_estimator_tf1_2019", "sfffffssiffffiiii"}};
+  for (const auto& [name, types] : exports) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(types.size(), 17u);
+    auto model = ImportSavedModel(ModelsDir(name));
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<std::string> keys;
+    for (const auto& s : model->signatures) keys.push_back(s.key);
+    EXPECT_EQ(keys, (std::vector<std::string>{"classification", "predict", "regression",
+                                              "serving_default"}));
+    const int64_t batch = 3;
+    Tensor examples(DType::kString, Shape{batch});
+    for (int r = 0; r < batch; ++r) examples.data<std::string>()[r] = TaxiExample(types.c_str(), r);
+    std::map<std::string, std::map<std::string, Tensor>> results;
+    for (const SignatureGraph& sig : model->signatures) {
+      SCOPED_TRACE(sig.key);
+      ASSERT_EQ(sig.input_keys.size(), 1u);
+      auto out = RunSignature(sig, {examples});
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->size(), sig.output_keys.size());
+      for (size_t i = 0; i < out->size(); ++i) {
+        ExpectDeclared(sig, sig.output_keys[i], (*out)[i], batch);
+        results[sig.key][sig.output_keys[i]] = (*out)[i];
+      }
+    }
+    // Classification: two classes whose scores are a softmax-like distribution.
+    for (const char* key : {"classification", "serving_default"}) {
+      ExpectRowsSumToOne(results[key]["scores"]);
+      const Tensor& classes = results[key]["classes"];
+      for (int64_t r = 0; r < batch; ++r) {
+        EXPECT_EQ(classes.data<std::string>()[r * 2], "0");
+        EXPECT_EQ(classes.data<std::string>()[r * 2 + 1], "1");
+      }
+    }
+    const auto& predict = results["predict"];
+    const Tensor& probabilities = predict.at("probabilities");
+    ExpectRowsSumToOne(probabilities);
+    EXPECT_TRUE(TensorsAllClose(results["classification"]["scores"], probabilities, 1e-6, 1e-6));
+    const Tensor& logistic = predict.at("logistic");
+    const Tensor& logits = predict.at("logits");
+    const Tensor& regression = results["regression"]["outputs"];
+    const Tensor& class_ids = predict.at("class_ids");
+    bool rows_differ = false;
+    for (int64_t r = 0; r < batch; ++r) {
+      const float p1 = probabilities.data<float>()[r * 2 + 1];
+      EXPECT_NEAR(logistic.data<float>()[r], p1, 1e-6f);
+      EXPECT_NEAR(regression.data<float>()[r], p1, 1e-6f);
+      EXPECT_NEAR(1.f / (1.f + std::exp(-logits.data<float>()[r])), p1, 1e-5f);
+      EXPECT_EQ(class_ids.data<int64_t>()[r], p1 > 0.5f ? 1 : 0);
+      EXPECT_EQ(predict.at("classes").data<std::string>()[r], p1 > 0.5f ? "1" : "0");
+      if (r > 0 && logits.data<float>()[r] != logits.data<float>()[0]) rows_differ = true;
+    }
+    EXPECT_TRUE(rows_differ) << "the features do not reach the logits";
+    if (predict.count("all_class_ids")) {
+      const Tensor& ids = predict.at("all_class_ids");
+      for (int64_t r = 0; r < batch; ++r) {
+        EXPECT_EQ(ids.data<int32_t>()[r * 2], 0);
+        EXPECT_EQ(ids.data<int32_t>()[r * 2 + 1], 1);
+      }
+    }
   }
 }
 

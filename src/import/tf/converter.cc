@@ -143,9 +143,8 @@ absl::StatusOr<ir::ValueId> Converter::ImportValue(GraphFrame* frame, ir::ValueI
 
 // Analysis --------------------------------------------------------------------------------
 
-absl::StatusOr<std::pair<const NodeDef*, int>> Converter::ResolveOrigin(const Body& body,
-                                                                        std::string ref,
-                                                                        int depth) {
+absl::StatusOr<Origin> Converter::ResolveOriginIn(const Body& body, std::string ref,
+                                                  CallStack stack, int depth) {
   if (depth > 64) return absl::InvalidArgumentError("reference chain too long: " + ref);
   const Body* current = &body;
   for (int steps = 0; steps < 10000; ++steps) {
@@ -153,54 +152,78 @@ absl::StatusOr<std::pair<const NodeDef*, int>> Converter::ResolveOrigin(const Bo
     std::vector<std::string> parts = absl::StrSplit(ref, ':');
     if (current->fdef != nullptr && parts.size() == 1) {
       auto arg = current->arg_index.find(parts[0]);
-      if (arg == current->arg_index.end()) {
-        auto n = current->nodes.find(parts[0]);
-        if (n == current->nodes.end()) return absl::NotFoundError("unknown reference " + ref);
-        if (n->second->op() == "Identity" && n->second->input_size() > 0) {
-          ref = n->second->input(0);
+      if (arg != current->arg_index.end()) {
+        if (!stack.empty()) {
+          const CallSite site = stack.back();
+          stack.pop_back();
+          std::vector<std::string> data_inputs;
+          for (const std::string& in : site.call->input()) {
+            if (!absl::StartsWith(in, "^")) data_inputs.push_back(in);
+          }
+          if (arg->second >= static_cast<int>(data_inputs.size())) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "call node '", site.call->name(), "' passes no argument ", arg->second));
+          }
+          ref = data_inputs[arg->second];
+          current = site.caller;
           continue;
         }
-        return std::make_pair(n->second, 0);
-      }
-      // An argument: follow the top-level call sites of this function (the first one wins;
-      // restore and initializer functions have one).
-      for (const NodeDef& node : source_.graph->node()) {
-        const auto* f = FindAttr(node, "f");
-        const bool calls = (IsCallOp(node.op()) && f != nullptr &&
-                            f->func().name() == current->function_name) ||
-                           node.op() == current->function_name;
-        if (calls && arg->second < node.input_size()) {
-          return ResolveOrigin(top_, node.input(arg->second), depth + 1);
+        // No known caller: follow the top-level call sites of this function (the first one
+        // wins; restore and initializer functions have one).
+        for (const NodeDef& node : source_.graph->node()) {
+          const auto* f = FindAttr(node, "f");
+          const bool calls = (IsCallOp(node.op()) && f != nullptr &&
+                              f->func().name() == current->function_name) ||
+                             node.op() == current->function_name;
+          if (calls && arg->second < node.input_size()) {
+            return ResolveOriginIn(top_, node.input(arg->second), {}, depth + 1);
+          }
         }
+        return absl::NotFoundError("no call site for function " + current->function_name);
       }
-      return absl::NotFoundError("no call site for function " + current->function_name);
     }
     const std::string& node_name = parts[0];
     auto n = current->nodes.find(node_name);
     if (n == current->nodes.end()) return absl::NotFoundError("unknown node " + node_name);
+    const NodeDef& node = *n->second;
     int index = 0;
-    if (parts.size() == 2) (void)absl::SimpleAtoi(parts[1], &index);
+    if (parts.size() == 2 && current->fdef == nullptr) (void)absl::SimpleAtoi(parts[1], &index);
     if (parts.size() == 3) {
-      KILN_ASSIGN_OR_RETURN(int flat, FlatOutputIndex(*n->second, parts[1], 0));
+      KILN_ASSIGN_OR_RETURN(int flat, FlatOutputIndex(node, parts[1], 0));
       int i = 0;
       (void)absl::SimpleAtoi(parts[2], &i);
       index = flat + i;
     }
-    if (n->second->op() == "Identity" && n->second->input_size() > 0) {
-      ref = n->second->input(0);
+    if ((node.op() == "Identity" || node.op() == "IdentityN") && index < node.input_size() &&
+        !absl::StartsWith(node.input(index), "^")) {
+      ref = node.input(node.op() == "Identity" ? 0 : index);
       continue;
     }
-    if (current != &top_) {
-      return std::make_pair(n->second, index);  // a node inside a function
+    const auto* f = FindAttr(node, "f");
+    const bool is_call =
+        (IsCallOp(node.op()) && f != nullptr) || function_defs_.count(node.op()) > 0;
+    if (is_call && stack.size() < 64) {
+      const Body* callee = FindFunction(function_defs_.count(node.op()) ? node.op()
+                                                                          : f->func().name());
+      if (callee != nullptr && index < callee->fdef->signature().output_arg_size()) {
+        auto ret = callee->fdef->ret().find(callee->fdef->signature().output_arg(index).name());
+        if (ret != callee->fdef->ret().end()) {
+          stack.push_back({current, &node});
+          current = callee;
+          ref = ret->second;
+          continue;
+        }
+      }
     }
-    return std::make_pair(n->second, index);
+    return Origin{current, &node, index, std::move(stack)};
   }
   return absl::InvalidArgumentError("reference chain too long: " + ref);
 }
 
-absl::StatusOr<Tensor> Converter::ResolveConstString(const Body& body, const std::string& ref) {
-  KILN_ASSIGN_OR_RETURN(auto origin, ResolveOrigin(body, ref));
-  const NodeDef* node = origin.first;
+absl::StatusOr<Tensor> Converter::ResolveConstString(const Body& body, const std::string& ref,
+                                                     const CallStack& stack) {
+  KILN_ASSIGN_OR_RETURN(Origin origin, ResolveOriginIn(body, ref, stack));
+  const NodeDef* node = origin.node;
   if (node->op() != "Const") {
     return absl::UnimplementedError(absl::StrCat("expected a constant for '", ref,
                                                  "', found op ", node->op(), " '",
@@ -249,38 +272,92 @@ absl::Status Converter::AnalyzeRestores(const Body& body) {
   return absl::OkStatus();
 }
 
-absl::Status Converter::AnalyzeTables(const Body& body) {
+namespace {
+
+bool IsTableInitOp(const std::string& op) {
+  return op == "InitializeTableFromTextFileV2" || op == "LookupTableImportV2" ||
+         op == "InitializeTableV2" || op == "InitializeTableFromTextFile" ||
+         op == "InitializeTable";
+}
+
+// The function a node calls, or empty.
+std::string CalledFunction(const NodeDef& node,
+                           const std::map<std::string, const tensorflow::FunctionDef*>& defs) {
+  if (defs.count(node.op())) return node.op();
+  if (!IsCallOp(node.op())) return "";
+  const auto* f = FindAttr(node, "f");
+  return f == nullptr ? "" : f->func().name();
+}
+
+}  // namespace
+
+std::string Converter::TableKey(const std::string& call_prefix, const NodeDef& node) {
+  if (const auto* shared = FindAttr(node, "shared_name"); shared && !shared->s().empty()) {
+    return "shared_name:" + shared->s();
+  }
+  return "node:" + call_prefix + node.name();
+}
+
+bool Converter::ContainsTableInit(const std::string& function_name, int depth) {
+  auto memo = contains_table_init_.find(function_name);
+  if (memo != contains_table_init_.end()) return memo->second;
+  auto def = function_defs_.find(function_name);
+  if (def == function_defs_.end() || depth > 64) return false;
+  contains_table_init_[function_name] = false;  // breaks recursion cycles
+  bool found = false;
+  for (const NodeDef& node : def->second->node_def()) {
+    if (IsTableInitOp(node.op())) found = true;
+    const std::string callee = CalledFunction(node, function_defs_);
+    if (!found && !callee.empty()) found = ContainsTableInit(callee, depth + 1);
+    if (found) break;
+  }
+  return contains_table_init_[function_name] = found;
+}
+
+// Walks from `body` through the calls that lead to table initializers, so that each
+// initializer's table handle and file name are resolved through the calls that pass them
+// (TF2 exports create a table in one function and initialize it in another).
+absl::Status Converter::AnalyzeTables(const Body& body, CallStack& stack, int depth) {
+  if (depth > 32) return absl::OkStatus();
   for (const auto& [name, node] : body.nodes) {
-    if (node->op() != "InitializeTableFromTextFileV2" && node->op() != "LookupTableImportV2" &&
-        node->op() != "InitializeTableV2" && node->op() != "InitializeTableFromTextFile" &&
-        node->op() != "InitializeTable") {
+    if (IsTableInitOp(node->op()) && node->input_size() >= 1) {
+      auto table = ResolveOriginIn(body, node->input(0), stack);
+      if (!table.ok() || !IsTableOp(table->node->op())) continue;
+      std::string prefix;
+      for (const CallSite& site : table->stack) absl::StrAppend(&prefix, site.call->name(), "/");
+      table_inits_.try_emplace(TableKey(prefix, *table->node), TableInit{&body, node, stack});
       continue;
     }
-    if (node->input_size() < 1) continue;
-    auto table = ResolveOrigin(body, node->input(0));
-    if (!table.ok() || !IsTableOp(table->first->op())) continue;
-    table_inits_[table->first->name()] = {&body, node};
+    const std::string callee = CalledFunction(*node, function_defs_);
+    if (callee.empty() || !ContainsTableInit(callee)) continue;
+    const Body* callee_body = FindFunction(callee);
+    if (callee_body == nullptr) continue;
+    stack.push_back({&body, node});
+    KILN_RETURN_IF_ERROR(AnalyzeTables(*callee_body, stack, depth + 1));
+    stack.pop_back();
   }
   return absl::OkStatus();
 }
 
 absl::Status Converter::Prepare() {
   KILN_RETURN_IF_ERROR(AnalyzeRestores(top_));
-  KILN_RETURN_IF_ERROR(AnalyzeTables(top_));
+  CallStack stack;
+  KILN_RETURN_IF_ERROR(AnalyzeTables(top_, stack, 0));
   for (const auto& [name, def] : function_defs_) {
     bool relevant = false;
     for (const NodeDef& node : def->node_def()) {
-      const std::string& op = node.op();
-      if (op == "RestoreV2" || absl::StartsWith(op, "InitializeTable") ||
-          op == "LookupTableImportV2") {
+      if (node.op() == "RestoreV2") {
         relevant = true;
         break;
       }
     }
-    if (!relevant) continue;
-    const Body* body = FindFunction(name);
-    KILN_RETURN_IF_ERROR(AnalyzeRestores(*body));
-    KILN_RETURN_IF_ERROR(AnalyzeTables(*body));
+    if (relevant) KILN_RETURN_IF_ERROR(AnalyzeRestores(*FindFunction(name)));
+    // Initializers no top-level call reaches (e.g. only named by the object graph): resolve
+    // their arguments through the first top-level call site, if any.
+    if (ContainsTableInit(name)) {
+      CallStack none;
+      KILN_RETURN_IF_ERROR(AnalyzeTables(*FindFunction(name), none, 31));
+    }
   }
   return absl::OkStatus();
 }
@@ -355,17 +432,19 @@ absl::StatusOr<Tensor> ParseTableField(const std::string& text, DType dtype,
 
 absl::StatusOr<std::shared_ptr<TableContents>> Converter::TableOf(const Scope* scope,
                                                                   const NodeDef& node) {
-  auto cached = table_cache_.find(node.name());
-  if (cached != table_cache_.end() && scope->body == &top_) return cached->second;
-  auto init = table_inits_.find(node.name());
-  if (scope->body != &top_ || init == table_inits_.end()) {
+  const std::string key = TableKey(scope->prefix, node);
+  auto cached = table_cache_.find(key);
+  if (cached != table_cache_.end()) return cached->second;
+  auto init = table_inits_.find(key);
+  if (init == table_inits_.end()) {
     return absl::UnimplementedError(absl::StrCat(
         "lookup table ", DescribeNode(scope, node),
         " has no initializer Kiln understands (InitializeTableFromTextFileV2 or "
         "LookupTableImportV2 in the graph or an initializer function)"));
   }
-  const Body& body = *init->second.first;
-  const NodeDef& init_node = *init->second.second;
+  const Body& body = *init->second.body;
+  const NodeDef& init_node = *init->second.node;
+  const CallStack& init_stack = init->second.stack;
   const std::string where = DescribeNode(nullptr, init_node);
   auto type_attr = [&](const char* name) -> absl::StatusOr<DType> {
     const auto* a = FindAttr(node, name);
@@ -378,23 +457,25 @@ absl::StatusOr<std::shared_ptr<TableContents>> Converter::TableOf(const Scope* s
   if (init_node.op() == "LookupTableImportV2" || init_node.op() == "InitializeTableV2" ||
       init_node.op() == "InitializeTable") {
     if (init_node.input_size() < 3) return absl::InvalidArgumentError(where + ": bad inputs");
-    KILN_ASSIGN_OR_RETURN(table->keys, ResolveConstString(body, init_node.input(1)));
-    KILN_ASSIGN_OR_RETURN(table->values, ResolveConstString(body, init_node.input(2)));
+    KILN_ASSIGN_OR_RETURN(table->keys, ResolveConstString(body, init_node.input(1), init_stack));
+    KILN_ASSIGN_OR_RETURN(table->values,
+                          ResolveConstString(body, init_node.input(2), init_stack));
   } else {
     if (init_node.input_size() < 2) return absl::InvalidArgumentError(where + ": bad inputs");
-    KILN_ASSIGN_OR_RETURN(auto origin, ResolveOrigin(body, init_node.input(1)));
+    KILN_ASSIGN_OR_RETURN(Origin origin, ResolveOriginIn(body, init_node.input(1), init_stack));
     std::string path;
     // SavedModels list their asset files: the tensor holding a path -> the file in assets/.
-    if (source_.meta_graph != nullptr) {
+    if (source_.meta_graph != nullptr && origin.body == &top_) {
       for (const auto& asset : source_.meta_graph->asset_file_def()) {
-        if (SplitTopLevelRef(asset.tensor_info().name()).first == origin.first->name()) {
+        if (SplitTopLevelRef(asset.tensor_info().name()).first == origin.node->name()) {
           path = (std::filesystem::path(source_.export_dir) / "assets" / asset.filename())
                      .string();
         }
       }
     }
     if (path.empty()) {
-      KILN_ASSIGN_OR_RETURN(Tensor name, ResolveConstString(body, init_node.input(1)));
+      KILN_ASSIGN_OR_RETURN(Tensor name,
+                            ResolveConstString(body, init_node.input(1), init_stack));
       if (name.dtype() != DType::kString || name.num_elements() != 1) {
         return absl::InvalidArgumentError(where + ": file name is not a string scalar");
       }
@@ -459,7 +540,7 @@ absl::StatusOr<std::shared_ptr<TableContents>> Converter::TableOf(const Scope* s
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": table keys/values do not match the table's types or count"));
   }
-  if (scope->body == &top_) table_cache_[node.name()] = table;
+  table_cache_[key] = table;
   return table;
 }
 

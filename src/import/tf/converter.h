@@ -70,6 +70,24 @@ struct Scope {
 };
 
 
+// A function call being resolved through during graph analysis: the call node and the body
+// it sits in. Resolving a function argument pops the innermost call and continues at the
+// argument's input in the caller.
+struct CallSite {
+  const Body* caller = nullptr;
+  const tensorflow::NodeDef* call = nullptr;
+};
+using CallStack = std::vector<CallSite>;
+
+// Where a tensor reference really comes from, after Identity nodes, function arguments and
+// function results are followed.
+struct Origin {
+  const Body* body = nullptr;
+  const tensorflow::NodeDef* node = nullptr;
+  int index = 0;
+  CallStack stack;  // the calls `body` was entered through (outermost first)
+};
+
 struct ImportSource {
   const tensorflow::GraphDef* graph = nullptr;
   const tensorflow::MetaGraphDef* meta_graph = nullptr;  // null for a frozen GraphDef
@@ -139,13 +157,23 @@ class Converter {
   absl::StatusOr<std::vector<TfValue>> ConvertMerge(Scope* scope,
                                                     const tensorflow::NodeDef& node);
   absl::Status AnalyzeRestores(const Body& body);
-  absl::Status AnalyzeTables(const Body& body);
-  // Follows Identity nodes and function args (through the top-level call sites) to the
-  // node that produces `ref` in the top-level graph.
+  absl::Status AnalyzeTables(const Body& body, CallStack& stack, int depth);
+  bool ContainsTableInit(const std::string& function_name, int depth = 0);
+  // Follows Identity nodes, function arguments (to the caller on `stack`, else to the first
+  // top-level call site) and function results (into the callee) to the node producing `ref`.
+  absl::StatusOr<Origin> ResolveOriginIn(const Body& body, std::string ref, CallStack stack,
+                                         int depth = 0);
   absl::StatusOr<std::pair<const tensorflow::NodeDef*, int>> ResolveOrigin(const Body& body,
-                                                                           std::string ref,
-                                                                           int depth = 0);
-  absl::StatusOr<Tensor> ResolveConstString(const Body& body, const std::string& ref);
+                                                                           std::string ref) {
+    auto origin = ResolveOriginIn(body, std::move(ref), {});
+    if (!origin.ok()) return origin.status();
+    return std::make_pair(origin->node, origin->index);
+  }
+  absl::StatusOr<Tensor> ResolveConstString(const Body& body, const std::string& ref,
+                                            const CallStack& stack = {});
+  // Identifies a table resource: its shared_name, else the chain of call nodes it was
+  // created through plus its node name (what Scope::prefix + name gives while converting).
+  static std::string TableKey(const std::string& call_prefix, const tensorflow::NodeDef& node);
   bool DependsOnSwitch(const Body& body, const std::string& node, const std::string& pred);
 
   ImportSource source_;
@@ -154,8 +182,14 @@ class Converter {
   std::map<std::string, const tensorflow::FunctionDef*> function_defs_;
   std::map<std::string, std::string> variable_keys_;  // top-level variable node -> ckpt key
   std::map<std::string, Tensor> variable_cache_;
-  // Top-level table node -> initializer (node and its body).
-  std::map<std::string, std::pair<const Body*, const tensorflow::NodeDef*>> table_inits_;
+  // TableKey -> the initializer node, the body it sits in and the calls that reach it.
+  struct TableInit {
+    const Body* body = nullptr;
+    const tensorflow::NodeDef* node = nullptr;
+    CallStack stack;
+  };
+  std::map<std::string, TableInit> table_inits_;
+  std::map<std::string, bool> contains_table_init_;
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
   std::set<std::string> used_names_;

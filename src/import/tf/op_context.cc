@@ -1,3 +1,5 @@
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "import/tf/converter.h"
@@ -95,6 +97,106 @@ absl::StatusOr<int> FlatOutputIndex(const tensorflow::NodeDef& node, const std::
                                                  "') has no output argument '", arg, "'"));
 }
 
+namespace {
+
+std::optional<std::vector<int64_t>> IntsOf(const std::optional<Tensor>& t) {
+  if (!t.has_value()) return std::nullopt;
+  std::vector<int64_t> out;
+  if (t->dtype() == DType::kInt64) {
+    for (int64_t v : t->span<int64_t>()) out.push_back(v);
+  } else if (t->dtype() == DType::kInt32) {
+    for (int32_t v : t->span<int32_t>()) out.push_back(v);
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The value of `id` when it is a constant seen through reshaping ops (Identity, Unsqueeze,
+// Squeeze, Reshape) of constants, which the importer emits for TF's ExpandDims and friends.
+// Converters that need a constant operand (Bucketize boundaries, Transpose permutations,
+// ...) then accept what TensorFlow's graph builders wrote as Const -> ExpandDims.
+std::optional<Tensor> FoldReshapes(const ir::Graph& g, ir::ValueId id, int depth) {
+  if (id == ir::kNoValue) return std::nullopt;
+  const ir::Value& v = g.value(id);
+  if (v.constant.has_value()) return *v.constant;
+  if (depth > 8 || v.producer == ir::kNoNode) return std::nullopt;
+  const ir::Node& n = g.node(v.producer);
+  if (!n.domain.empty() || n.inputs.empty()) return std::nullopt;
+  auto input = [&](size_t i) -> std::optional<Tensor> {
+    if (i >= n.inputs.size()) return std::nullopt;
+    return FoldReshapes(g, n.inputs[i], depth + 1);
+  };
+  if (n.op == "Identity") return input(0);
+  if (n.op != "Unsqueeze" && n.op != "Squeeze" && n.op != "Reshape") return std::nullopt;
+  std::optional<Tensor> data = input(0);
+  if (!data.has_value()) return std::nullopt;
+  const std::vector<int64_t> in_dims(data->shape().dims().begin(), data->shape().dims().end());
+  std::vector<int64_t> dims;
+  if (n.op == "Unsqueeze") {
+    auto axes = IntsOf(input(1));
+    if (!axes.has_value()) return std::nullopt;
+    const int64_t out_rank = static_cast<int64_t>(in_dims.size() + axes->size());
+    std::vector<bool> inserted(out_rank, false);
+    for (int64_t a : *axes) {
+      if (a < 0) a += out_rank;
+      if (a < 0 || a >= out_rank || inserted[a]) return std::nullopt;
+      inserted[a] = true;
+    }
+    size_t next = 0;
+    for (int64_t i = 0; i < out_rank; ++i) dims.push_back(inserted[i] ? 1 : in_dims[next++]);
+  } else if (n.op == "Squeeze") {
+    std::vector<bool> drop(in_dims.size(), false);
+    if (n.inputs.size() > 1) {
+      auto axes = IntsOf(input(1));
+      if (!axes.has_value()) return std::nullopt;
+      for (int64_t a : *axes) {
+        if (a < 0) a += static_cast<int64_t>(in_dims.size());
+        if (a < 0 || a >= static_cast<int64_t>(in_dims.size()) || in_dims[a] != 1) {
+          return std::nullopt;
+        }
+        drop[a] = true;
+      }
+    } else {
+      for (size_t i = 0; i < in_dims.size(); ++i) drop[i] = in_dims[i] == 1;
+    }
+    for (size_t i = 0; i < in_dims.size(); ++i) {
+      if (!drop[i]) dims.push_back(in_dims[i]);
+    }
+  } else {
+    auto shape = IntsOf(input(1));
+    if (!shape.has_value()) return std::nullopt;
+    const bool allow_zero = n.GetInt("allowzero", 0) != 0;
+    int64_t known = 1;
+    int infer = -1;
+    for (size_t i = 0; i < shape->size(); ++i) {
+      int64_t d = (*shape)[i];
+      if (d == 0 && !allow_zero) {
+        if (i >= in_dims.size()) return std::nullopt;
+        d = in_dims[i];
+      }
+      if (d == -1) {
+        if (infer >= 0) return std::nullopt;
+        infer = static_cast<int>(i);
+      } else if (d < 0) {
+        return std::nullopt;
+      } else {
+        known *= d;
+      }
+      dims.push_back(d);
+    }
+    if (infer >= 0) {
+      if (known == 0 || data->num_elements() % known != 0) return std::nullopt;
+      dims[infer] = data->num_elements() / known;
+    }
+  }
+  auto reshaped = data->Reshape(Shape(dims));
+  if (!reshaped.ok()) return std::nullopt;
+  return *reshaped;
+}
+
+}  // namespace
+
 OpContext::OpContext(Converter* converter, Scope* scope, const tensorflow::NodeDef& node,
                      std::vector<TfValue> inputs)
     : converter_(converter), scope_(scope), node_(node), inputs_(std::move(inputs)) {
@@ -103,8 +205,7 @@ OpContext::OpContext(Converter* converter, Scope* scope, const tensorflow::NodeD
   const_inputs_.resize(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (inputs_[i].id == ir::kNoValue) continue;
-    const ir::Value& v = scope_->frame->graph->value(inputs_[i].id);
-    if (v.constant.has_value()) const_inputs_[i] = *v.constant;
+    const_inputs_[i] = FoldReshapes(*scope_->frame->graph, inputs_[i].id, 0);
   }
 }
 

@@ -76,9 +76,11 @@ ir::ValueId Transpose(OpContext& c, ir::ValueId v, const std::vector<int64_t>& p
   return c.Emit("Transpose", {v}, {{"perm", perm}});
 }
 
-// Passes input 0 through.
+// Passes input 0 through (a tensor, or a table handle).
 absl::Status PassThrough(OpContext& c) {
-  KILN_RETURN_IF_ERROR(NeedInputs(c, 1));
+  if (c.num_inputs() < 1 || (c.input(0) == ir::kNoValue && c.input_value(0).table == nullptr)) {
+    return NeedInputs(c, 1);
+  }
   c.outputs() = {c.input_value(0)};
   return absl::OkStatus();
 }

@@ -111,7 +111,10 @@ std::string ValueNameForKey(const std::string& key) { return key; }
 
 absl::Status ImportSignatures(const tensorflow::MetaGraphDef& meta, Converter& converter,
                               ImportedModel& model) {
-  for (const auto& [key, sig] : meta.signature_def()) {
+  // Keys in sorted order, like the signature's inputs and outputs (protobuf map iteration
+  // order is unspecified).
+  for (const auto& [key, sig] : std::map<std::string, tensorflow::SignatureDef>(
+           meta.signature_def().begin(), meta.signature_def().end())) {
     if (absl::StartsWith(key, "__")) continue;  // __saved_model_init_op and friends
     SignatureGraph out;
     out.key = key;
@@ -298,12 +301,14 @@ absl::StatusOr<SavedModelSummary> DescribeSavedModel(const std::string& dir) {
     MetaGraphSummary m;
     m.tags.assign(meta.meta_info_def().tags().begin(), meta.meta_info_def().tags().end());
     m.tensorflow_version = meta.meta_info_def().tensorflow_version();
-    for (const auto& [key, sig] : meta.signature_def()) {
+    for (const auto& [key, sig] : std::map<std::string, tensorflow::SignatureDef>(
+             meta.signature_def().begin(), meta.signature_def().end())) {
       SignatureSummary s;
       s.key = key;
       s.method_name = sig.method_name();
-      auto add = [](const auto& map, std::vector<SignatureTensorSummary>* out) {
-        for (const auto& [k, info] : map) {
+      auto add = [](const auto& proto_map, std::vector<SignatureTensorSummary>* out) {
+        for (const auto& [k, info] : std::map<std::string, tensorflow::TensorInfo>(
+                 proto_map.begin(), proto_map.end())) {
           SignatureTensorSummary t;
           t.key = k;
           t.name = info.encoding_case() == tensorflow::TensorInfo::kCooSparse
