@@ -3,9 +3,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <list>
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,42 +33,66 @@ size_t RoundedSize(size_t bytes) {
 }
 
 // Keeps recently freed large blocks for reuse. glibc serves blocks above its mmap threshold
-// (at most 32 MiB) with a fresh mmap and unmaps them on free, so every batch of a pipeline
-// (64 images of 224x224x3 floats = 38 MiB) was page-faulted and zeroed by the kernel again:
-// about a quarter of the image pipeline's CPU time. TensorFlow's BFC allocator and PyTorch's
-// caching allocator avoid the same cost the same way. Blocks are reused only for the exact
-// same rounded size (pipelines and plans allocate the same shapes over and over), and the
-// cache holds at most kCacheLimitBytes, so it never grows memory without bound.
+// (at most 32 MiB) with a fresh mmap and unmaps them on free, and returns freed memory at the
+// top of its per-thread heaps to the kernel, so every batch of a pipeline (64 images of
+// 224x224x3 floats = 38 MiB) and many per-image tensors were page-faulted and zeroed by the
+// kernel again: about a sixth of the image pipeline's CPU time. TensorFlow's BFC allocator
+// and PyTorch's caching allocator avoid the same cost the same way. Blocks are reused only
+// for the exact same rounded size (pipelines and plans allocate the same shapes over and
+// over); the cache holds at most kCacheLimitBytes and evicts the least recently freed
+// blocks first, so it never grows memory without bound.
 class LargeBlockCache {
  public:
-  static constexpr size_t kMinBytes = size_t{1} << 20;
-  static constexpr size_t kCacheLimitBytes = size_t{256} << 20;
-  static constexpr size_t kMaxBlocks = 16;
+  static constexpr size_t kMinBytes = size_t{256} << 10;
+  static constexpr size_t kCacheLimitBytes = size_t{512} << 20;
 
   void* Take(size_t rounded) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.find(rounded);
-    if (it == blocks_.end()) return nullptr;
-    void* block = it->second;
-    blocks_.erase(it);
+    auto it = by_size_.find(rounded);
+    if (it == by_size_.end()) return nullptr;
+    void* block = it->second->block;
+    lru_.erase(it->second);
+    by_size_.erase(it);
     cached_bytes_ -= rounded;
     return block;
   }
 
-  // Returns false when the cache is full: the caller frees the block.
-  bool Give(void* block, size_t rounded) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cached_bytes_ + rounded > kCacheLimitBytes || blocks_.size() >= kMaxBlocks) {
-      return false;
+  void Give(void* block, size_t rounded) {
+    std::vector<void*> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (rounded > kCacheLimitBytes / 4) {
+        evicted.push_back(block);
+      } else {
+        lru_.push_front(Entry{block, rounded});
+        by_size_.emplace(rounded, lru_.begin());
+        cached_bytes_ += rounded;
+        while (cached_bytes_ > kCacheLimitBytes) {
+          const Entry& oldest = lru_.back();
+          auto range = by_size_.equal_range(oldest.bytes);
+          for (auto it = range.first; it != range.second; ++it) {
+            if (it->second == std::prev(lru_.end())) {
+              by_size_.erase(it);
+              break;
+            }
+          }
+          cached_bytes_ -= oldest.bytes;
+          evicted.push_back(oldest.block);
+          lru_.pop_back();
+        }
+      }
     }
-    blocks_.emplace(rounded, block);
-    cached_bytes_ += rounded;
-    return true;
+    for (void* b : evicted) std::free(b);  // outside the lock: munmap can be slow
   }
 
  private:
+  struct Entry {
+    void* block;
+    size_t bytes;
+  };
   std::mutex mu_;
-  std::multimap<size_t, void*> blocks_;
+  std::list<Entry> lru_;  // most recently freed first
+  std::multimap<size_t, std::list<Entry>::iterator> by_size_;
   size_t cached_bytes_ = 0;
 };
 
@@ -95,8 +122,8 @@ void* AllocateBlock(size_t rounded) {
 }
 
 void FreeBlock(void* block, size_t rounded) {
-  if (kCacheLargeBlocks && rounded >= LargeBlockCache::kMinBytes &&
-      BlockCache().Give(block, rounded)) {
+  if (kCacheLargeBlocks && rounded >= LargeBlockCache::kMinBytes) {
+    BlockCache().Give(block, rounded);
     return;
   }
   std::free(block);
@@ -142,8 +169,8 @@ Buffer::~Buffer() {
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   const size_t n = static_cast<size_t>(shape_.num_elements());
-  buffer_ = dtype == DType::kString ? Buffer::AllocateStrings(n)
-                                    : Buffer::Allocate(n * DTypeSize(dtype));
+  buffer_ =
+      dtype == DType::kString ? Buffer::AllocateStrings(n) : Buffer::Allocate(n * DTypeSize(dtype));
 }
 
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset)
@@ -181,8 +208,8 @@ Tensor Tensor::SubTensor(int64_t index) const {
 absl::StatusOr<Tensor> Tensor::Reshape(Shape shape) const {
   if (shape.num_elements() != num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot reshape a tensor of shape ",
-                                                    shape_.ToString(), " (", num_elements(),
-                                                    " elements) to ", shape.ToString()));
+                                                   shape_.ToString(), " (", num_elements(),
+                                                   " elements) to ", shape.ToString()));
   }
   return Tensor(dtype_, std::move(shape), buffer_, offset_);
 }
@@ -249,9 +276,7 @@ std::string Tensor::DebugString(int max_elements) const {
   return out;
 }
 
-bool TensorsEqual(const Tensor& a, const Tensor& b) {
-  return TensorsAllClose(a, b, 0, 0);
-}
+bool TensorsEqual(const Tensor& a, const Tensor& b) { return TensorsAllClose(a, b, 0, 0); }
 
 bool TensorsAllClose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;

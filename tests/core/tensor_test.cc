@@ -1,10 +1,10 @@
 #include "kiln/core/tensor.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace kiln {
 namespace {
@@ -71,7 +71,8 @@ TEST(TensorTest, LargeBuffersAreReusedAndZeroedWhenAsked) {
   // The cache is bounded: many live blocks, all freed, do not stay cached beyond its limit,
   // and every allocation still succeeds.
   std::vector<Tensor> many;
-  for (int i = 0; i < 40; ++i) many.emplace_back(DType::kUInt8, Shape{(int64_t{3} << 20) + i * 64});
+  for (int i = 0; i < 600; ++i)
+    many.emplace_back(DType::kUInt8, Shape{(int64_t{1} << 20) + i * 64});
   many.clear();
   Tensor after(DType::kUInt8, Shape{int64_t{3} << 20});
   EXPECT_NE(after.raw_data(), nullptr);
