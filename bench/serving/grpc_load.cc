@@ -1,8 +1,13 @@
 // gRPC load generator for `kiln serve` (or TF Serving): N client threads, each with its own
-// channel, send PredictRequests for half_plus_two-style models (input "x", float[rows, 1]) for
-// a fixed time and print throughput and latency percentiles.
-//   serving_grpc_load --target=127.0.0.1:8500 --model=half_plus_two --connections=16
-//                     --seconds=10 --rows=3
+// channel (its own TCP connection), send PredictRequests as fast as their replies come back,
+// and print throughput and latency percentiles over a measured window.
+//   serving_grpc_load --target=127.0.0.1:8500 --model=half_plus_two --input=x --shape=1
+//                     --rows=3 --connections=16 --seconds=10 [--warmup_seconds=2]
+// --shape is the shape of one row (after the batch dimension); values are float32, sent in
+// tensor_content as TF's make_tensor_proto does.
+// --sequential=N instead measures one connection's first request after connecting and the
+// p50 of the N requests after it (the warmup figure: first request vs steady state).
+// Output: one line of key=value pairs; exit code 1 when any request failed.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -10,73 +15,177 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(p * (values.size() - 1))];
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string target = "127.0.0.1:8500", model = "half_plus_two", input = "x";
-  int connections = 1, rows = 3;
-  double seconds = 10;
+  std::string target = "127.0.0.1:8500", model = "half_plus_two", input = "x", signature;
+  std::vector<int64_t> row_shape = {1};
+  int connections = 1, rows = 3, sequential = 0;
+  double seconds = 10, warmup_seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
       const std::string prefix = std::string("--") + name + "=";
       return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
     };
-    if (auto v = value("target")) target = v;
-    else if (auto v = value("model")) model = v;
-    else if (auto v = value("input")) input = v;
-    else if (auto v = value("connections")) connections = std::atoi(v);
-    else if (auto v = value("rows")) rows = std::atoi(v);
-    else if (auto v = value("seconds")) seconds = std::atof(v);
-    else {
+    if (auto v = value("target"))
+      target = v;
+    else if (auto v = value("model"))
+      model = v;
+    else if (auto v = value("input"))
+      input = v;
+    else if (auto v = value("signature"))
+      signature = v;
+    else if (auto v = value("connections"))
+      connections = std::atoi(v);
+    else if (auto v = value("rows"))
+      rows = std::atoi(v);
+    else if (auto v = value("seconds"))
+      seconds = std::atof(v);
+    else if (auto v = value("warmup_seconds"))
+      warmup_seconds = std::atof(v);
+    else if (auto v = value("sequential"))
+      sequential = std::atoi(v);
+    else if (auto v = value("shape")) {
+      row_shape.clear();
+      std::stringstream dims(v);
+      std::string dim;
+      while (std::getline(dims, dim, ',')) row_shape.push_back(std::stoll(dim));
+    } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
   }
+  if (connections < 1 || rows < 0) {
+    std::fprintf(stderr, "--connections must be >= 1 and --rows >= 0\n");
+    return 2;
+  }
   tensorflow::serving::PredictRequest request;
   request.mutable_model_spec()->set_name(model);
+  if (!signature.empty()) request.mutable_model_spec()->set_signature_name(signature);
   auto& x = (*request.mutable_inputs())[input];
   x.set_dtype(tensorflow::DT_FLOAT);
   x.mutable_tensor_shape()->add_dim()->set_size(rows);
-  x.mutable_tensor_shape()->add_dim()->set_size(1);
-  for (int r = 0; r < rows; ++r) x.add_float_val(static_cast<float>(r));
+  int64_t elements = rows;
+  for (int64_t d : row_shape) {
+    x.mutable_tensor_shape()->add_dim()->set_size(d);
+    elements *= d;
+  }
+  std::vector<float> values(elements);
+  for (int64_t i = 0; i < elements; ++i) values[i] = static_cast<float>(i % 255) / 255.0f;
+  x.set_tensor_content(values.data(), values.size() * sizeof(float));
 
+  auto make_stub = [&](int id) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", id);  // a distinct connection per client thread
+    args.SetMaxReceiveMessageSize(-1);
+    return tensorflow::serving::PredictionService::NewStub(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  };
+
+  if (sequential > 0) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    // Connect first, so that the first request's time is the server's, not the handshake's.
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
+      std::fprintf(stderr, "cannot connect to %s\n", target.c_str());
+      return 1;
+    }
+    auto stub = tensorflow::serving::PredictionService::NewStub(channel);
+    tensorflow::serving::PredictResponse response;
+    std::vector<double> latencies;
+    long errors = 0;
+    std::string first_error;
+    for (int i = 0; i <= sequential; ++i) {
+      grpc::ClientContext context;
+      const auto t0 = Clock::now();
+      const grpc::Status status = stub->Predict(&context, request, &response);
+      latencies.push_back(Micros(Clock::now() - t0));
+      if (!status.ok()) {
+        if (errors++ == 0) first_error = status.error_message();
+      }
+    }
+    const double first = latencies[0];
+    latencies.erase(latencies.begin());
+    const double p50 = Percentile(latencies, 0.5);
+    std::printf(
+        "first_us=%.0f p50_us=%.0f p99_us=%.0f first_over_p50=%.2f requests=%d errors=%ld\n", first,
+        p50, Percentile(latencies, 0.99), first / p50, sequential + 1, errors);
+    if (errors > 0) std::fprintf(stderr, "first error: %s\n", first_error.c_str());
+    return errors == 0 ? 0 : 1;
+  }
+
+  struct Sample {
+    Clock::time_point end;
+    float micros;
+  };
   std::atomic<bool> stop{false};
   std::atomic<long> errors{0};
-  std::vector<std::vector<double>> latencies(connections);
+  std::vector<std::vector<Sample>> samples(connections);
+  std::vector<std::string> first_errors(connections);
   std::vector<std::thread> threads;
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   for (int c = 0; c < connections; ++c) {
     threads.emplace_back([&, c] {
-      grpc::ChannelArguments args;
-      args.SetInt("grpc.channel_id", c);  // a distinct connection per client thread
-      auto stub = tensorflow::serving::PredictionService::NewStub(
-          grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+      auto stub = make_stub(c);
       tensorflow::serving::PredictResponse response;
       while (!stop.load(std::memory_order_relaxed)) {
         grpc::ClientContext context;
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto t0 = Clock::now();
         const grpc::Status status = stub->Predict(&context, request, &response);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (!status.ok()) errors.fetch_add(1);
-        latencies[c].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        const auto t1 = Clock::now();
+        if (!status.ok()) {
+          errors.fetch_add(1);
+          if (first_errors[c].empty()) first_errors[c] = status.error_message();
+        }
+        samples[c].push_back({t1, static_cast<float>(Micros(t1 - t0))});
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const auto window_start = start + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(warmup_seconds));
+  const auto window_end = window_start + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(seconds));
+  std::this_thread::sleep_until(window_end);
   stop = true;
   for (auto& t : threads) t.join();
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::vector<double> all;
-  for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  auto pct = [&](double p) { return all.empty() ? 0.0 : all[size_t(p * (all.size() - 1))]; };
-  std::printf("requests=%zu errors=%ld rps=%.0f p50_us=%.0f p99_us=%.0f\n", all.size(),
-              errors.load(), all.size() / elapsed, pct(0.5), pct(0.99));
+  std::vector<double> latencies;
+  for (const auto& per_thread : samples) {
+    for (const Sample& s : per_thread) {
+      if (s.end >= window_start && s.end <= window_end) latencies.push_back(s.micros);
+    }
+  }
+  const double requests_per_s = latencies.size() / seconds;
+  std::printf(
+      "requests=%zu errors=%ld rps=%.1f rows_per_s=%.1f p50_us=%.0f p99_us=%.0f "
+      "connections=%d rows=%d\n",
+      latencies.size(), errors.load(), requests_per_s, requests_per_s * rows,
+      Percentile(latencies, 0.5), Percentile(latencies, 0.99), connections, rows);
+  for (const auto& e : first_errors) {
+    if (!e.empty()) {
+      std::fprintf(stderr, "first error: %s\n", e.c_str());
+      break;
+    }
+  }
   return errors.load() == 0 ? 0 : 1;
 }

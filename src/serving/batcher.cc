@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
@@ -54,9 +55,9 @@ absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
   }
   if (!options.allowed_batch_sizes.empty() &&
       options.allowed_batch_sizes.back() != options.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the last entry of allowed_batch_sizes (", options.allowed_batch_sizes.back(),
-        ") must equal max_batch_size (", options.max_batch_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the last entry of allowed_batch_sizes (", options.allowed_batch_sizes.back(),
+                     ") must equal max_batch_size (", options.max_batch_size, ")"));
   }
   return options;
 }
@@ -69,7 +70,9 @@ int64_t PaddedBatchSize(const BatchingOptions& options, int64_t rows) {
 }
 
 Batcher::Batcher(BatchingOptions options, RunFn run, std::string name, ServingMetrics* metrics)
-    : options_(std::move(options)), run_(std::move(run)), name_(std::move(name)),
+    : options_(std::move(options)),
+      run_(std::move(run)),
+      name_(std::move(name)),
       metrics_(metrics) {
   int threads = options_.num_batch_threads;
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -87,12 +90,18 @@ Batcher::~Batcher() {
 
 namespace {
 
-// Tasks merge only when every input has the same dtype and the same non-batch dimensions.
-std::string ShapeKey(const Batcher::TensorMap& inputs) {
+// Tasks merge only when every input has the same dtype and the same non-batch dimensions;
+// with pad_variable_length_inputs, the same dtype and rank (the batch pads the other
+// dimensions to the largest in it, as TF Serving does).
+std::string ShapeKey(const Batcher::TensorMap& inputs, bool pad_variable_length_inputs) {
   std::string key;
   for (const auto& [name, tensor] : inputs) {
     absl::StrAppend(&key, name, ":", static_cast<int>(tensor.dtype()));
-    for (int d = 1; d < tensor.rank(); ++d) absl::StrAppend(&key, ",", tensor.dim(d));
+    if (pad_variable_length_inputs) {
+      absl::StrAppend(&key, ",r", tensor.rank());
+    } else {
+      for (int d = 1; d < tensor.rank(); ++d) absl::StrAppend(&key, ",", tensor.dim(d));
+    }
     key.push_back(';');
   }
   return key;
@@ -112,6 +121,62 @@ void CopyRows(const Tensor& from, int64_t from_row, int64_t rows, Tensor* to, in
               static_cast<const char*>(from.raw_data()) + from_row * row_bytes, rows * row_bytes);
 }
 
+// Copies every row of `from` into `to` starting at row `to_row`, where `to` is at least as
+// large as `from` in every dimension after the first. The cells `from` does not cover are
+// filled with `from`'s first element: TF Serving pads variable-length inputs with a value
+// taken from the tensor itself, so that padding never introduces a value the client did not
+// send (a zero may be a meaningful token id).
+void CopyPadded(const Tensor& from, Tensor* to, int64_t to_row) {
+  const int rank = from.rank();
+  const int64_t rows = from.dim(0);
+  const int64_t to_row_elements = to->dim(0) == 0 ? 0 : to->num_elements() / to->dim(0);
+  const int64_t first = to_row * to_row_elements;
+  const int64_t count = rows * to_row_elements;
+  const bool is_string = from.dtype() == DType::kString;
+  const size_t element_bytes = is_string ? 0 : DTypeSize(from.dtype());
+  char* to_bytes = is_string ? nullptr : static_cast<char*>(to->raw_data());
+  const char* from_bytes = is_string ? nullptr : static_cast<const char*>(from.raw_data());
+  if (from.num_elements() > 0) {
+    if (is_string) {
+      std::fill_n(to->data<std::string>() + first, count, from.data<std::string>()[0]);
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        std::memcpy(to_bytes + (first + i) * element_bytes, from_bytes, element_bytes);
+      }
+    }
+  } else if (!is_string) {
+    std::memset(to_bytes + first * element_bytes, 0, count * element_bytes);
+  }
+  if (from.num_elements() == 0) return;
+  // Row-major strides of both tensors; each run of the last dimension is contiguous in both.
+  std::vector<int64_t> from_strides(rank, 1), to_strides(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    from_strides[d] = from_strides[d + 1] * from.dim(d + 1);
+    to_strides[d] = to_strides[d + 1] * to->dim(d + 1);
+  }
+  const int64_t run = from.dim(rank - 1);
+  const int64_t runs = from.num_elements() / run;
+  std::vector<int64_t> index(rank, 0);  // index of the run's first element in `from`
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t from_offset = 0, to_offset = first;
+    for (int d = 0; d < rank - 1; ++d) {
+      from_offset += index[d] * from_strides[d];
+      to_offset += index[d] * to_strides[d];
+    }
+    if (is_string) {
+      const std::string* src = from.data<std::string>() + from_offset;
+      std::copy(src, src + run, to->data<std::string>() + to_offset);
+    } else {
+      std::memcpy(to_bytes + to_offset * element_bytes, from_bytes + from_offset * element_bytes,
+                  run * element_bytes);
+    }
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++index[d] < from.dim(d)) break;
+      index[d] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
@@ -120,13 +185,13 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
   for (const auto& [name, tensor] : inputs) {
     if (tensor.rank() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Batching session Run() input tensors must have at least one dimension; input '",
-          name, "' is a scalar"));
+          "Batching session Run() input tensors must have at least one dimension; input '", name,
+          "' is a scalar"));
     }
     if (task->rows >= 0 && tensor.dim(0) != task->rows) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Batching session Run() input tensors must have equal 0th-dimension size; input '",
-          name, "' has ", tensor.dim(0), ", another has ", task->rows));
+          "Batching session Run() input tensors must have equal 0th-dimension size; input '", name,
+          "' has ", tensor.dim(0), ", another has ", task->rows));
     }
     task->rows = tensor.dim(0);
   }
@@ -136,7 +201,7 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
                                                    " is larger than maximum input batch size ",
                                                    options_.max_batch_size));
   }
-  const std::string key = ShapeKey(inputs);
+  const std::string key = ShapeKey(inputs, options_.pad_variable_length_inputs);
   task->inputs = std::move(inputs);
   task->enqueue_ns = NowNanos();
   auto future = task->result.get_future();
@@ -144,8 +209,8 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the batcher is shutting down");
     Batch* open = queue_.empty() || queue_.back().closed ? nullptr : &queue_.back();
-    if (open != nullptr && (open->shape_key != key ||
-                            open->rows + task->rows > options_.max_batch_size)) {
+    if (open != nullptr &&
+        (open->shape_key != key || open->rows + task->rows > options_.max_batch_size)) {
       open->closed = true;
       open = nullptr;
     }
@@ -204,17 +269,32 @@ void Batcher::Process(Batch batch) {
   } else {
     TensorMap merged;
     for (const auto& [name, first] : batch.tasks[0]->inputs) {
+      // The batch's shape: the padded batch size, then the largest of each other dimension
+      // (all tasks have the same dimensions unless pad_variable_length_inputs merged them).
       Shape shape = first.shape();
       shape.set_dim(0, padded);
+      for (const auto& task : batch.tasks) {
+        const Tensor& part = task->inputs.at(name);
+        for (int d = 1; d < shape.rank(); ++d) {
+          shape.set_dim(d, std::max(shape.dim(d), part.dim(d)));
+        }
+      }
       Tensor tensor(first.dtype(), shape);
       int64_t row = 0;
       for (const auto& task : batch.tasks) {
         const Tensor& part = task->inputs.at(name);
-        CopyRows(part, 0, part.dim(0), &tensor, row);
+        bool same_row_shape = true;
+        for (int d = 1; d < shape.rank(); ++d) same_row_shape &= part.dim(d) == shape.dim(d);
+        if (same_row_shape) {
+          CopyRows(part, 0, part.dim(0), &tensor, row);
+        } else {
+          CopyPadded(part, &tensor, row);
+        }
         row += part.dim(0);
       }
-      // Padding repeats the first row, so that padded rows hold valid values.
-      for (; row < padded; ++row) CopyRows(first, 0, 1, &tensor, row);
+      // Padding rows repeat the batch's first row, so that padded rows hold valid values.
+      const int64_t filled = row;
+      for (; row < padded && filled > 0; ++row) CopyRows(tensor, 0, 1, &tensor, row);
       merged.emplace(name, std::move(tensor));
     }
     outputs = run_(merged);
@@ -227,8 +307,7 @@ void Batcher::Process(Batch batch) {
     if (tensor.rank() == 0 || tensor.dim(0) != padded) {
       const absl::Status error = absl::InternalError(absl::StrCat(
           "batched output '", name, "' has shape ", tensor.shape().ToString(),
-          "; batching needs every output to have the batch size ", padded,
-          " in dimension 0"));
+          "; batching needs every output to have the batch size ", padded, " in dimension 0"));
       for (const auto& task : batch.tasks) task->result.set_value(error);
       return;
     }

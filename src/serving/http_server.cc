@@ -5,6 +5,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/version.hpp>
+#include <sys/socket.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -175,6 +177,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
 
 void HttpServer::Shutdown(int grace_ms) {
   if (impl_ == nullptr || impl_->stopping.exchange(true)) return;
+  // Stop accepting now, even when every I/O thread is busy in a handler (a batched request
+  // can hold one for its batch timeout) and the posted close below has to wait: shutting the
+  // listening socket down makes the kernel refuse new connections at once instead of queueing
+  // them in the backlog.
+  ::shutdown(impl_->acceptor->native_handle(), SHUT_RDWR);
   net::post(impl_->ioc, [this] {
     beast::error_code ignored;
     impl_->acceptor->close(ignored);

@@ -1,21 +1,15 @@
 #include "kiln/serving/inference.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kiln/core/status.h"
+#include "kiln/data/formats/tfrecord.h"
 #include "kiln/serving/tensor_proto.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
-
-#ifdef KILN_SERVING_HAVE_TFRECORD
-#include "kiln/data/formats/tfrecord.h"
-#endif
 
 namespace kiln::serving {
 
@@ -277,32 +271,21 @@ absl::StatusOr<tensorflow::serving::MultiInferenceResponse> RunMultiInference(
 
 namespace {
 
+// Reads at most kMaxWarmupRecords + 1 records (one more tells that the file is over the limit)
+// through kiln_data's TFRecord reader, which checks both CRCs of every record, so a corrupted
+// warmup file fails the load naming the file and the byte offset instead of replaying garbage.
 absl::StatusOr<std::vector<std::string>> ReadWarmupRecords(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream bytes;
-  bytes << file.rdbuf();
-#ifdef KILN_SERVING_HAVE_TFRECORD
-  return data::formats::ParseRecords(bytes.str(), data::formats::Compression::kNone, path);
-#else
-  // Framing only (length, CRC, data, CRC); CRCs are not checked in this fallback.
-  const std::string data = bytes.str();
+  KILN_ASSIGN_OR_RETURN(auto reader,
+                        data::formats::RecordReader::Open(path, data::formats::Compression::kNone));
   std::vector<std::string> records;
-  size_t offset = 0;
-  while (offset < data.size()) {
-    if (data.size() - offset < 12) {
-      return absl::DataLossError(absl::StrCat(path, ": truncated record at offset ", offset));
-    }
-    uint64_t length;
-    std::memcpy(&length, data.data() + offset, 8);
-    if (data.size() - offset - 12 < length + 4) {
-      return absl::DataLossError(absl::StrCat(path, ": truncated record at offset ", offset));
-    }
-    records.push_back(data.substr(offset + 12, length));
-    offset += 12 + length + 4;
+  while (records.size() <= static_cast<size_t>(kMaxWarmupRecords)) {
+    std::string record;
+    absl::Status status = reader->Read(&record);
+    if (absl::IsOutOfRange(status)) break;
+    KILN_RETURN_IF_ERROR(status);
+    records.push_back(std::move(record));
   }
   return records;
-#endif
 }
 
 absl::Status WarmupPredict(const ServableVersion& servable,

@@ -45,7 +45,8 @@ TEST(ServeE2ETest, NoModelsIsAnError) {
 
 TEST(ServeE2ETest, BadConfigFilesAreReported) {
   std::string output;
-  const std::string bad = std::string(KILN_SHARED_DIR) + "/testdata/tf_serving/bad_model_config.txt";
+  const std::string bad =
+      std::string(KILN_SHARED_DIR) + "/testdata/tf_serving/bad_model_config.txt";
   EXPECT_EQ(RunKiln({"serve", "--port=0", "--model_config_file=" + bad}, &output), 1);
   EXPECT_THAT(output, HasSubstr("bad_model_config.txt is not a valid ModelServerConfig"));
   const std::string dir = MakeTempDir("badbatch");
@@ -62,7 +63,8 @@ TEST(ServeE2ETest, ErrorsOfAServerWithoutLoadedVersions) {
   const std::string dir = MakeTempDir("errors");
   const std::string config = EmptyModelConfig(dir, "m");
   const std::string monitoring = dir + "/monitoring.config";
-  WriteFile(monitoring, "prometheus_config { enable: true, path: \"/monitoring/prometheus/metrics\" }");
+  WriteFile(monitoring,
+            "prometheus_config { enable: true, path: \"/monitoring/prometheus/metrics\" }");
   ServerProcess server({"serve", "--model_config_file=" + config,
                         "--monitoring_config_file=" + monitoring,
                         "--rest_api_max_body_bytes=4096"});
@@ -71,8 +73,8 @@ TEST(ServeE2ETest, ErrorsOfAServerWithoutLoadedVersions) {
   HttpReply status = HttpCall(server.rest_port(), "GET", "/v1/models/m");
   EXPECT_EQ(status.status, 404);
   EXPECT_THAT(status.body, HasSubstr("Could not find any versions of model m"));
-  HttpReply predict = HttpCall(server.rest_port(), "POST", "/v1/models/m:predict",
-                               R"({"instances": [1.0]})");
+  HttpReply predict =
+      HttpCall(server.rest_port(), "POST", "/v1/models/m:predict", R"({"instances": [1.0]})");
   EXPECT_EQ(predict.status, 404);
   EXPECT_EQ(predict.body, R"j({ "error": "Servable not found for request: Latest(m)" })j");
   HttpReply versioned = HttpCall(server.rest_port(), "POST", "/v1/models/m/versions/3:predict",
@@ -96,28 +98,30 @@ TEST(ServeE2ETest, ErrorsOfAServerWithoutLoadedVersions) {
   EXPECT_THAT(metrics.body, HasSubstr(":tensorflow:serving:request_count{model_name=\"m\","
                                       "status=\"NOT_FOUND\"}"));
 
-  auto prediction = server.PredictionStub();
-  tensorflow::serving::PredictRequest request;
-  request.mutable_model_spec()->set_name("m");
-  tensorflow::serving::PredictResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Status grpc_status = prediction->Predict(&context, request, &response);
-  EXPECT_EQ(grpc_status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(grpc_status.error_message(), "Servable not found for request: Latest(m)");
+  {  // gRPC clients closed before Terminate (see ServerProcess::Terminate)
+    auto prediction = server.PredictionStub();
+    tensorflow::serving::PredictRequest request;
+    request.mutable_model_spec()->set_name("m");
+    tensorflow::serving::PredictResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status grpc_status = prediction->Predict(&context, request, &response);
+    EXPECT_EQ(grpc_status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(grpc_status.error_message(), "Servable not found for request: Latest(m)");
 
-  auto model_service = server.ModelStub();
-  tensorflow::serving::ReloadConfigRequest reload;
-  auto* bad = reload.mutable_config()->mutable_model_config_list()->add_config();
-  bad->set_name("x");
-  bad->set_base_path(dir);
-  bad->set_model_platform("pytorch");
-  tensorflow::serving::ReloadConfigResponse reload_response;
-  grpc::ClientContext reload_context;
-  grpc_status = model_service->HandleReloadConfigRequest(&reload_context, reload, &reload_response);
-  EXPECT_EQ(grpc_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(grpc_status.error_message(), HasSubstr("pytorch"));
-
+    auto model_service = server.ModelStub();
+    tensorflow::serving::ReloadConfigRequest reload;
+    auto* bad = reload.mutable_config()->mutable_model_config_list()->add_config();
+    bad->set_name("x");
+    bad->set_base_path(dir);
+    bad->set_model_platform("pytorch");
+    tensorflow::serving::ReloadConfigResponse reload_response;
+    grpc::ClientContext reload_context;
+    grpc_status =
+        model_service->HandleReloadConfigRequest(&reload_context, reload, &reload_response);
+    EXPECT_EQ(grpc_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(grpc_status.error_message(), HasSubstr("pytorch"));
+  }
   EXPECT_EQ(server.Terminate(), 0) << server.Log();
 }
 
@@ -127,15 +131,17 @@ TEST(ServeE2ETest, RestIsOffUnlessItsPortIsSet) {
                        /*with_rest=*/false);
   ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
   EXPECT_THAT(server.Log(), ::testing::Not(HasSubstr("HTTP/REST")));
-  auto model_service = server.ModelStub();
-  tensorflow::serving::GetModelStatusRequest request;
-  request.mutable_model_spec()->set_name("m");
-  tensorflow::serving::GetModelStatusResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  const grpc::Status status = model_service->GetModelStatus(&context, request, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(status.error_message(), "Could not find any versions of model m");
+  {  // gRPC clients closed before Terminate (see ServerProcess::Terminate)
+    auto model_service = server.ModelStub();
+    tensorflow::serving::GetModelStatusRequest request;
+    request.mutable_model_spec()->set_name("m");
+    tensorflow::serving::GetModelStatusResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const grpc::Status status = model_service->GetModelStatus(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(status.error_message(), "Could not find any versions of model m");
+  }
   EXPECT_EQ(server.Terminate(), 0);
 }
 

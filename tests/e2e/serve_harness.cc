@@ -47,8 +47,8 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     net::io_context ioc;
     beast::tcp_stream stream(ioc);
     stream.expires_after(std::chrono::seconds(30));
-    stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"),
-                                 static_cast<unsigned short>(port)));
+    stream.connect(
+        tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
     http::request<http::string_body> request(http::string_to_verb(method), target, 11);
     request.set(http::field::host, "127.0.0.1");
     request.set(http::field::content_type, "application/json");
@@ -168,6 +168,10 @@ int ServerProcess::Terminate(double timeout_s) {
   const int code = WaitPid(pid_, timeout_s);
   if (code >= 0) pid_ = -1;
   return code;
+}
+
+void ServerProcess::Signal(int signal_number) {
+  if (pid_ > 0) kill(pid_, signal_number);
 }
 
 int ServerProcess::WaitForExit(double timeout_s) {

@@ -35,7 +35,12 @@ class ServerProcess {
   // when the process exited or `timeout_s` passed.
   bool WaitUntilServing(double timeout_s = 60);
   // SIGTERM, then waits for the exit code (-1 on timeout, after which it is killed).
+  // The server's graceful shutdown waits for its gRPC clients to close their connections; an
+  // idle client channel sees the server's GOAWAY only at its backup poll (5 s), so tests drop
+  // their stubs before this to stay fast.
   int Terminate(double timeout_s = 20);
+  // Sends `signal_number` without waiting (see WaitForExit).
+  void Signal(int signal_number);
   // Waits for the process to exit by itself; -1 on timeout.
   int WaitForExit(double timeout_s = 20);
   std::string Log() const;  // stderr and stdout so far

@@ -1,5 +1,6 @@
 #include "kiln/serving/batcher.h"
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -123,6 +124,122 @@ TEST(BatcherTest, DifferentRowShapesDoNotMerge) {
   EXPECT_EQ(doubler.batch_sizes.size(), 2u);
 }
 
+// Returns its input "x" as "y" and keeps every batch it ran, to check merging and padding.
+struct Echo {
+  std::mutex mu;
+  std::vector<Tensor> batches;
+
+  absl::StatusOr<Batcher::TensorMap> operator()(const Batcher::TensorMap& inputs) {
+    std::lock_guard<std::mutex> lock(mu);
+    batches.push_back(inputs.at("x"));
+    return Batcher::TensorMap{{"y", inputs.at("x")}};
+  }
+};
+
+BatchingOptions PaddingOptions() {
+  BatchingOptions options;
+  options.max_batch_size = 8;
+  options.batch_timeout_micros = 300000;  // long enough that both requests merge
+  options.num_batch_threads = 1;
+  options.pad_variable_length_inputs = true;
+  return options;
+}
+
+template <typename T>
+std::vector<T> Values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.num_elements());
+}
+
+TEST(BatcherTest, PadVariableLengthInputsPadsToTheLongestWithTheFirstElement) {
+  Echo echo;
+  Batcher batcher(PaddingOptions(), std::ref(echo), "m", nullptr);
+  auto shorter = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<int64_t>({7, 8}, Shape{1, 2})}});
+  });
+  auto longer = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<int64_t>({3, 4, 5, 6, 1, 2}, Shape{2, 3})}});
+  });
+  auto a = shorter.get();
+  auto b = longer.get();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(echo.batches.size(), 1u);  // one run for both
+  const Tensor& batch = echo.batches[0];
+  ASSERT_EQ(batch.shape(), (Shape{3, 3}));
+  // Which request came first is up to the scheduler; find the padded row.
+  const std::vector<int64_t> values = Values<int64_t>(batch);
+  const std::vector<int64_t> short_first = {7, 8, 7, 3, 4, 5, 6, 1, 2};
+  const std::vector<int64_t> long_first = {3, 4, 5, 6, 1, 2, 7, 8, 7};
+  EXPECT_TRUE(values == short_first || values == long_first) << batch.shape().ToString();
+  // Outputs come back per request with the batch's padded shape, as in TF Serving.
+  ASSERT_EQ(a->at("y").shape(), (Shape{1, 3}));
+  EXPECT_EQ(Values<int64_t>(a->at("y")), (std::vector<int64_t>{7, 8, 7}));
+  ASSERT_EQ(b->at("y").shape(), (Shape{2, 3}));
+  EXPECT_EQ(Values<int64_t>(b->at("y")), (std::vector<int64_t>{3, 4, 5, 6, 1, 2}));
+}
+
+TEST(BatcherTest, PadVariableLengthInputsPadsEveryInnerDimensionAndStrings) {
+  Echo echo;
+  BatchingOptions options = PaddingOptions();
+  options.allowed_batch_sizes = {4, 8};
+  Batcher batcher(options, std::ref(echo), "m", nullptr);
+  // [1, 2, 2] and [1, 3, 1]: the batch is [2 -> 4 allowed, 3, 2].
+  auto a = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<float>({1, 2, 3, 4}, Shape{1, 2, 2})}});
+  });
+  auto b = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<float>({5, 6, 7}, Shape{1, 3, 1})}});
+  });
+  auto out_a = a.get();
+  auto out_b = b.get();
+  ASSERT_TRUE(out_a.ok()) << out_a.status();
+  ASSERT_TRUE(out_b.ok()) << out_b.status();
+  ASSERT_EQ(echo.batches.size(), 1u);
+  EXPECT_EQ(echo.batches[0].shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(Values<float>(out_a->at("y")), (std::vector<float>{1, 2, 3, 4, 1, 1}));
+  EXPECT_EQ(Values<float>(out_b->at("y")), (std::vector<float>{5, 5, 6, 5, 7, 5}));
+  // The two rows padding the batch to the allowed size 4 repeat its first row.
+  const std::vector<float> all = Values<float>(echo.batches[0]);
+  for (int row = 2; row < 4; ++row) {
+    EXPECT_TRUE(std::equal(all.begin() + row * 6, all.begin() + row * 6 + 6, all.begin()));
+  }
+
+  Echo strings;
+  Batcher string_batcher(PaddingOptions(), std::ref(strings), "m", nullptr);
+  auto c = std::async(std::launch::async, [&] {
+    return string_batcher.Run(
+        {{"x", Tensor::FromVector<std::string>({"the", "cat", "sat"}, Shape{1, 3})}});
+  });
+  auto d = std::async(std::launch::async, [&] {
+    return string_batcher.Run({{"x", Tensor::FromVector<std::string>({"hi"}, Shape{1, 1})}});
+  });
+  auto out_c = c.get();
+  auto out_d = d.get();
+  ASSERT_TRUE(out_c.ok()) << out_c.status();
+  ASSERT_TRUE(out_d.ok()) << out_d.status();
+  ASSERT_EQ(strings.batches.size(), 1u);
+  EXPECT_EQ(Values<std::string>(out_c->at("y")), (std::vector<std::string>{"the", "cat", "sat"}));
+  EXPECT_EQ(Values<std::string>(out_d->at("y")), (std::vector<std::string>{"hi", "hi", "hi"}));
+}
+
+TEST(BatcherTest, PadVariableLengthInputsStillSeparatesRanksAndDtypes) {
+  Echo echo;
+  Batcher batcher(PaddingOptions(), std::ref(echo), "m", nullptr);
+  auto a = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<float>({1, 2}, Shape{1, 2})}});
+  });
+  auto b = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<float>({1, 2}, Shape{1, 2, 1})}});
+  });
+  auto c = std::async(std::launch::async, [&] {
+    return batcher.Run({{"x", Tensor::FromVector<int32_t>({1, 2}, Shape{1, 2})}});
+  });
+  EXPECT_TRUE(a.get().ok());
+  EXPECT_TRUE(b.get().ok());
+  EXPECT_TRUE(c.get().ok());
+  EXPECT_EQ(echo.batches.size(), 3u);
+}
+
 TEST(BatcherTest, OptionsFromProtoValidate) {
   tensorflow::serving::BatchingParameters params;
   params.mutable_max_batch_size()->set_value(16);
@@ -135,6 +252,9 @@ TEST(BatcherTest, OptionsFromProtoValidate) {
   EXPECT_EQ(PaddedBatchSize(*options, 5), 8);
   EXPECT_EQ(PaddedBatchSize(*options, 16), 16);
   EXPECT_EQ(options->max_enqueued_batches, 100);  // TF Serving's default
+  EXPECT_FALSE(options->pad_variable_length_inputs);
+  params.set_pad_variable_length_inputs(true);
+  EXPECT_TRUE(BatchingOptionsFromProto(params)->pad_variable_length_inputs);
 }
 
 }  // namespace

@@ -241,5 +241,32 @@ TEST(ServerCoreTest, WarmupRunsBeforeTheVersionIsAvailable) {
   EXPECT_EQ((*(*core)->Lookup({"m"}))->version(), 1);
 }
 
+TEST(ServerCoreTest, CorruptedWarmupRecordFailsTheLoadNamingFileAndOffset) {
+  const std::string base = TempDir("warmup_crc");
+  AddVersion(base, 1, kHalfPlusTwo);
+  WriteWarmup(base + "/1", "x");
+  const std::string path = base + "/1/assets.extra/" + kWarmupFileName;
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Flip one data byte of the second record: its framing is intact, only the data CRC is wrong.
+  const size_t record_size = bytes.size() / 2;
+  bytes[record_size + 12 + 5] ^= 0x40;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  ServingMetrics metrics;
+  auto core = ServerCore::Create(NoPolling(&metrics), OnnxConfig("m", base));
+  ASSERT_FALSE(core.ok());
+  EXPECT_EQ(core.status().code(), absl::StatusCode::kDataLoss) << core.status();
+  EXPECT_THAT(core.status().message(), HasSubstr("data CRC mismatch"));
+  EXPECT_THAT(core.status().message(), HasSubstr(path));
+  EXPECT_THAT(core.status().message(),
+              HasSubstr("at byte offset " + std::to_string(record_size)));
+}
+
 }  // namespace
 }  // namespace kiln::serving

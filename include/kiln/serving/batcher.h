@@ -29,6 +29,10 @@ struct BatchingOptions {
   int64_t max_enqueued_batches = 100;
   int num_batch_threads = 0;  // 0: the number of cores
   std::vector<int64_t> allowed_batch_sizes;  // empty: any size up to max_batch_size
+  // Requests whose inputs differ in dimensions after the first merge into one batch, each
+  // input padded to the largest size of each dimension with the request tensor's first
+  // element (TF Serving's semantics); outputs are split back with the padded shape. Off:
+  // requests with different shapes go to different batches.
   bool pad_variable_length_inputs = false;
 };
 
