@@ -172,7 +172,9 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   plan->graph_ = std::move(graph);
   plan->options_ = options;
   if (plan->options_.inter_op_pool == nullptr) plan->options_.inter_op_threads = 1;
-  if (plan->options_.intra_op_pool == nullptr) plan->options_.intra_op_threads = 1;
+  if (plan->options_.intra_op_pool == nullptr && !plan->options_.intra_op_openmp) {
+    plan->options_.intra_op_threads = 1;
+  }
   KILN_RETURN_IF_ERROR(plan->Build(input_shapes));
   KILN_RETURN_IF_ERROR(plan->PlanArena());
   plan->free_states_.reserve(64);
@@ -671,6 +673,7 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
                     ? static_cast<char*>(state.arena->data()) + step.scratch_offset
                     : nullptr;
   ctx.pool = options_.intra_op_pool;
+  ctx.use_openmp = options_.intra_op_openmp;
   ctx.intra_op_threads = options_.intra_op_threads;
   PlanSubgraphRunner runner(this, &state, inputs, parent);
   if (step.has_subgraphs) ctx.subgraphs = &runner;

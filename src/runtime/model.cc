@@ -289,11 +289,13 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
   properties_ = imported.properties;
   threads_ = ChooseThreads(options.intra_op_threads, options.inter_op_threads,
                            ThreadPool::HardwareConcurrency());
-  if (threads_.intra > 1) intra_pool_ = std::make_unique<ThreadPool>(threads_.intra - 1, "kiln-intra");
+  // Intra-op loops run on the OpenMP team that oneDNN's primitives use (no kiln-intra pool):
+  // two sets of intra-op workers would compete for the same cores.
   if (threads_.inter > 1) inter_pool_ = std::make_unique<ThreadPool>(threads_.inter - 1, "kiln-inter");
   exec::CompileOptions compile;
   compile.intra_op_threads = threads_.intra;
   compile.intra_op_pool = intra_pool_.get();
+  compile.intra_op_openmp = threads_.intra > 1;
   compile.inter_op_threads = threads_.inter;
   compile.inter_op_pool = inter_pool_.get();
   compile.fold_constants = !options.disable_optimizer;

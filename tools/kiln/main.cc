@@ -1,6 +1,9 @@
 // The `kiln` command: `kiln <subcommand> [args]`. Invoked as `tensorflow_model_server`
 // (an installed alias), it behaves as `kiln serve` so that TF Serving entrypoints run unchanged.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,9 +32,25 @@ std::string Basename(const char* path) {
   return slash ? slash + 1 : path;
 }
 
+// oneDNN (Debian's build) runs on libgomp, whose idle workers by default spin for ~300k
+// iterations after every parallel region. Where cores are shared (other processes; a server's
+// other threads) a spinning worker holds a core a runnable thread needs, and a barrier that
+// waits for a preempted worker costs a scheduler time slice: on the 2-core machine under load,
+// batch-1 ResNet-18 took 235-340 ms with spinning workers and 100-110 ms with sleeping ones,
+// batch-1 DLRM 30 ms instead of 0.03 ms (docs/performance/runtime.md). libgomp reads
+// OMP_WAIT_POLICY once, in its constructor, before main and after libc has reset the
+// environment (so no constructor of ours can set it); the command therefore re-executes itself
+// once with the variable set. A policy the user set is kept.
+void UsePassiveOpenMpWorkers(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 0) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: run on with the default policy
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  UsePassiveOpenMpWorkers(argv);
   auto& registry = kiln::tool::CommandRegistry();
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string name;

@@ -62,19 +62,29 @@ class SubgraphRunner {
                                                   const std::vector<Tensor>& inputs) = 0;
 };
 
+// Runs fn over [0, n) in at most `threads` chunks of at least `min_chunk` on the OpenMP team of
+// the calling thread (the threads oneDNN primitives run on); the caller takes one chunk.
+void OpenMpParallelFor(int64_t n, int64_t min_chunk, int threads,
+                       const std::function<void(int64_t, int64_t)>& fn);
+
 struct ComputeContext {
   absl::Span<const Tensor> inputs;  // invalid Tensor for an omitted optional input
   absl::Span<Tensor> outputs;       // preallocated, except the dynamic ones
   void* scratch = nullptr;
   ThreadPool* pool = nullptr;  // intra-op pool; null means run on the calling thread only
   int intra_op_threads = 1;
+  // Instead of `pool`: parallel loops run on the OpenMP team that oneDNN uses, so that one set
+  // of threads serves every kernel (see src/kernels/cpu/nn_openmp.cc).
+  bool use_openmp = false;
   SubgraphRunner* subgraphs = nullptr;
 
   // Parallel loop over [0, n) on the intra-op pool (or inline). A template so that the
   // inline path builds no std::function (which would allocate on every run).
   template <typename Fn>
   void ParallelFor(int64_t n, int64_t min_chunk, Fn&& fn) const {
-    if (pool != nullptr && intra_op_threads > 1 && n > min_chunk) {
+    if (use_openmp && intra_op_threads > 1 && n > min_chunk) {
+      OpenMpParallelFor(n, min_chunk, intra_op_threads, std::function<void(int64_t, int64_t)>(fn));
+    } else if (pool != nullptr && intra_op_threads > 1 && n > min_chunk) {
       pool->ParallelFor(n, min_chunk, std::function<void(int64_t, int64_t)>(fn));
     } else if (n > 0) {
       fn(int64_t{0}, n);
