@@ -51,7 +51,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Lowest acceptable pass rate (passed / counted cases). Raised as kernels land.
-constexpr double kMinPassRate = 0.89;
+constexpr double kMinPassRate = 0.96;
 
 // Cases expected to fail although every operator they use has a kernel, with the reason.
 const std::map<std::string, std::string>& KnownFailures() {

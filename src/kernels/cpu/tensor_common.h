@@ -57,6 +57,10 @@ inline int64_t IndexAt(const Tensor& t, int64_t i) {
 }
 inline bool IsIndexType(DType d) { return d == DType::kInt32 || d == DType::kInt64; }
 
+// The DType of an ONNX TensorProto.DataType number (attributes such as EyeLike's dtype or
+// the window functions' output_datatype).
+absl::StatusOr<DType> DTypeFromOnnx(int64_t v);
+
 // Maps axis in [-rank, rank) to [0, rank), or fails naming `what`.
 absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view what);
 
