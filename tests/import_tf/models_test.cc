@@ -189,15 +189,23 @@ TEST(RealModelsTest, FrozenLstmGraphDef) {
   EXPECT_NE(std::find(keys.begin(), keys.end(), "output"), keys.end());
 }
 
-// serving_default of this model (y = f(x)) does not reach the TF-Text ops: pruning to what the
-// signature needs leaves them out, so it loads. The unsupported-op error itself is covered by
-// TfOpsTest.UnsupportedOpIsNamedWithNodeAndFunction.
-TEST(RealModelsTest, TfTextCustomOpsArePrunedFromServingDefault) {
+// serving_default computes y = x + c where c waits (through control dependencies) on asserts
+// over the results of nearly every TF-Text custom op, so TensorFlow runs them all and fails
+// to load the model unless TF-Text is registered. Kiln cannot run them either: it must refuse
+// the model and name them, not silently drop the checks.
+TEST(RealModelsTest, TfTextCustomOpsFailWithUnsupportedOpError) {
   auto model = ImportSavedModel(ModelsDir("tfserving_tf_text_customops"));
-  ASSERT_TRUE(model.ok()) << model.status();
-  for (const auto& n : FindSignature(*model, "serving_default")->graph.nodes()) {
-    EXPECT_FALSE(absl::StrContains(n.op, "UTF8")) << n.op;
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented) << model.status();
+  const std::string msg(model.status().message());
+  for (const char* op : {"CaseFoldUTF8", "WhitespaceTokenizeWithOffsets",
+                         "WordpieceTokenizeWithOffsets", "SentencepieceOp", "ConstrainedSequence",
+                         "RougeL"}) {
+    EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("'", op, "'"))) << op << ": " << msg;
   }
+  EXPECT_TRUE(absl::StrContains(msg, "unsupported TensorFlow op")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "signature 'serving_default'")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "in function '__inference___call___")) << msg;
 }
 
 // The Chicago taxi features as each export parses them (VarLenFeatures: 's'tring, 'i'nt64,

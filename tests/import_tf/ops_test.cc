@@ -413,6 +413,92 @@ TEST(TfOpsTest, HashTableFromImportedConstants) {
   EXPECT_EQ(Values<int64_t>((*out)[1]), (std::vector<int64_t>{2}));
 }
 
+// Adds a function node to `f` and returns it.
+tensorflow::NodeDef* FunctionNode(tensorflow::FunctionDef* f, const std::string& name,
+                                  const std::string& op, const std::vector<std::string>& inputs) {
+  auto* n = f->add_node_def();
+  n->set_name(name);
+  n->set_op(op);
+  for (const std::string& in : inputs) n->add_input(in);
+  return n;
+}
+
+// TF2 exports (and tf.Transform graphs loaded into TF1 Estimators) create a table in one
+// function, initialize it in another and look it up in a third; the table handle reaches each
+// as a function argument.
+TEST(TfOpsTest, TableCreatedAndInitializedInFunctions) {
+  GraphBuilder b;
+  tensorflow::FunctionDef* creator = b.AddFunction();
+  creator->mutable_signature()->set_name("__inference__creator_1");
+  creator->mutable_signature()->add_output_arg()->set_name("identity");
+  auto* table = FunctionNode(creator, "hash_table", "HashTableV2", {});
+  (*table->mutable_attr())["key_dtype"] = TypeAttr(DType::kString);
+  (*table->mutable_attr())["value_dtype"] = TypeAttr(DType::kInt64);
+  FunctionNode(creator, "Identity", "Identity", {"hash_table:table_handle:0"});
+  (*creator->mutable_ret())["identity"] = "Identity:output:0";
+
+  tensorflow::FunctionDef* init = b.AddFunction();
+  init->mutable_signature()->set_name("__inference__initializer_2");
+  init->mutable_signature()->add_input_arg()->set_name("handle");
+  init->mutable_signature()->add_input_arg()->set_name("keys");
+  init->mutable_signature()->add_output_arg()->set_name("identity");
+  auto* values = FunctionNode(init, "values", "Const", {});
+  tensorflow::AttrValue v;
+  v.mutable_tensor()->set_dtype(tensorflow::DT_INT64);
+  v.mutable_tensor()->mutable_tensor_shape()->add_dim()->set_size(2);
+  v.mutable_tensor()->add_int64_val(10);
+  v.mutable_tensor()->add_int64_val(20);
+  (*values->mutable_attr())["value"] = v;
+  FunctionNode(init, "import", "LookupTableImportV2", {"handle", "keys", "values:output:0"});
+  FunctionNode(init, "done", "Identity", {"keys", "^import"});
+  (*init->mutable_ret())["identity"] = "done:output:0";
+
+  tensorflow::FunctionDef* lookup = b.AddFunction();
+  lookup->mutable_signature()->set_name("__inference_lookup_3");
+  lookup->mutable_signature()->add_input_arg()->set_name("table");
+  lookup->mutable_signature()->add_input_arg()->set_name("k");
+  lookup->mutable_signature()->add_output_arg()->set_name("ids");
+  auto* dflt = FunctionNode(lookup, "default", "Const", {});
+  tensorflow::AttrValue d;
+  d.mutable_tensor()->set_dtype(tensorflow::DT_INT64);
+  d.mutable_tensor()->add_int64_val(-1);
+  (*dflt->mutable_attr())["value"] = d;
+  FunctionNode(lookup, "find", "LookupTableFindV2", {"table", "k", "default:output:0"});
+  (*lookup->mutable_ret())["ids"] = "find:values:0";
+
+  Tensor keys(DType::kString, Shape{2});
+  keys.data<std::string>()[0] = "a";
+  keys.data<std::string>()[1] = "b";
+  b.Const("vocab", keys);
+  b.Placeholder("k", DType::kString, {-1});
+  b.Op("StatefulPartitionedCall", "make_table", {}, {{"f", FuncAttr("__inference__creator_1")}});
+  b.Op("StatefulPartitionedCall", "init_table", {"make_table", "vocab"},
+       {{"f", FuncAttr("__inference__initializer_2")}});
+  b.Op("StatefulPartitionedCall", "ids", {"make_table", "k"},
+       {{"f", FuncAttr("__inference_lookup_3")}});
+  Tensor k(DType::kString, Shape{3});
+  k.data<std::string>()[0] = "b";
+  k.data<std::string>()[1] = "zz";
+  k.data<std::string>()[2] = "a";
+  auto out = RunOps(b, {{"k", k}}, {"ids"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values<int64_t>((*out)[0]), (std::vector<int64_t>{20, -1, 10}));
+}
+
+// tf.Transform's apply_buckets feeds BucketizeWithInputBoundaries from Const -> ExpandDims.
+TEST(TfOpsTest, BucketizeBoundariesThroughExpandDims) {
+  GraphBuilder b;
+  b.Placeholder("x", kF, {-1});
+  b.Const("quantiles", Vec({1, 2.5f, 4}, Shape{3}));
+  b.Const("axis", Tensor::Scalar<int32_t>(0));
+  b.Op("ExpandDims", "boundaries", {"quantiles", "axis"});
+  b.Op("BucketizeWithInputBoundaries", "buckets", {"x", "boundaries"},
+       {{"T", TypeAttr(kF)}});
+  auto out = RunOps(b, {{"x", Vec({0, 1, 2, 2.5f, 9}, Shape{5})}}, {"buckets"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values<int32_t>((*out)[0]), (std::vector<int32_t>{0, 1, 1, 2, 3}));
+}
+
 TEST(TfOpsTest, SwitchMergeConditional) {
   GraphBuilder b;
   b.Placeholder("x", kF, {-1});
@@ -591,6 +677,50 @@ TEST(TfOpsTest, UnsupportedOpIsNamedWithNodeAndFunction) {
   EXPECT_TRUE(absl::StrContains(msg, "WhitespaceTokenizeWithOffsets")) << msg;
   EXPECT_TRUE(absl::StrContains(msg, "'tok'")) << msg;
   EXPECT_TRUE(absl::StrContains(msg, "__inference_tokenize")) << msg;
+}
+
+// Kiln drops control dependencies; that is only right when what they force to run is
+// something Kiln knows has no effect on the results. An unknown (custom) op behind a control
+// dependency, even inside a called function, is refused by name; Assert, Print and NoOp are not.
+TEST(TfOpsTest, UnsupportedOpBehindControlDependencyIsNamed) {
+  for (const std::string guarded_op : {"Assert", "CustomCheck"}) {
+    SCOPED_TRACE(guarded_op);
+    GraphBuilder b;
+    tensorflow::FunctionDef* f = b.AddFunction();
+    f->mutable_signature()->set_name("__inference_call_7");
+    f->mutable_signature()->add_input_arg()->set_name("x");
+    f->mutable_signature()->add_output_arg()->set_name("y");
+    auto* check = f->add_node_def();
+    check->set_name("check");
+    check->set_op(guarded_op);
+    check->add_input("x");
+    auto* print = f->add_node_def();
+    print->set_name("print");
+    print->set_op("PrintV2");
+    print->add_input("x");
+    auto* y = f->add_node_def();
+    y->set_name("out");
+    y->set_op("Identity");
+    y->add_input("x");
+    y->add_input("^check");
+    y->add_input("^print");
+    (*f->mutable_ret())["y"] = "out:output:0";
+    b.Placeholder("x", kF);
+    b.Op("StatefulPartitionedCall", "call", {"x"}, {{"f", FuncAttr("__inference_call_7")}});
+    auto out = RunOps(b, {{"x", Vec({1, 2}, Shape{2})}}, {"call"});
+    if (guarded_op == "Assert") {
+      ASSERT_TRUE(out.ok()) << out.status();
+      ExpectNear(F((*out)[0]), {1, 2});
+      continue;
+    }
+    ASSERT_FALSE(out.ok());
+    const std::string msg(out.status().message());
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_TRUE(absl::StrContains(msg, "unsupported TensorFlow op 'CustomCheck'")) << msg;
+    EXPECT_TRUE(absl::StrContains(msg, "'check'")) << msg;
+    EXPECT_TRUE(absl::StrContains(msg, "__inference_call_7")) << msg;
+    EXPECT_FALSE(absl::StrContains(msg, "PrintV2")) << msg;
+  }
 }
 
 TEST(TfOpsTest, VariablesRestoredThroughSaverOps) {

@@ -175,6 +175,11 @@ class Converter {
   // created through plus its node name (what Scope::prefix + name gives while converting).
   static std::string TableKey(const std::string& call_prefix, const tensorflow::NodeDef& node);
   bool DependsOnSwitch(const Body& body, const std::string& node, const std::string& pred);
+  // Kiln drops control dependencies, which is only right when what they force to run has no
+  // effect Kiln cannot reproduce. Fails naming every op without a converter (custom ops such
+  // as TF-Text's, which TensorFlow itself would need registered to run the signature) that
+  // `node`'s control dependencies reach, through function calls and branches.
+  absl::Status CheckControlDependencies(const Scope* scope, const tensorflow::NodeDef& node);
 
   ImportSource source_;
   Body top_;
@@ -192,6 +197,7 @@ class Converter {
   std::map<std::string, bool> contains_table_init_;
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
+  std::set<std::pair<const Body*, std::string>> control_checked_;
   std::set<std::string> used_names_;
   std::map<std::pair<const ir::Graph*, ir::ValueId>, int> rank_hints_;
   int name_counter_ = 0;
