@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
 #include "test_util.h"
 
@@ -35,8 +36,7 @@ TEST(RangeTest, CountsLikePythonRange) {
 }
 
 TEST(FromTensorSlicesTest, SlicesFirstDimensionAndKeepsNames) {
-  auto names = std::make_shared<const std::vector<std::string>>(
-      std::vector<std::string>{"x", "y"});
+  auto names = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"x", "y"});
   Element e({Tensor::FromVector<int64_t>({1, 2, 3, 4, 5, 6}, Shape{3, 2}),
              Tensor::FromVector<std::string>({"a", "b", "c"})},
             names);
@@ -212,6 +212,77 @@ TEST(BatchTest, DropRemainderAndShapes) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(TensorsEqual(parallel[i][0], batches[i][0]));
 }
 
+TEST(MapAndBatchTest, FusedParallelMapThenBatchEqualsTheUnfusedPipeline) {
+  // Later elements finish first: slots must still be filled by input position.
+  MapFn slow_first = [](Element e) -> absl::StatusOr<Element> {
+    const int64_t v = AsInt64(e);
+    if (v % 7 == 0) SleepForNanos(1'000'000);
+    Tensor vec(DType::kFloat32, Shape{3});
+    for (int i = 0; i < 3; ++i) vec.data<float>()[i] = static_cast<float>(v * 10 + i);
+    Tensor name(DType::kString, Shape{});
+    *name.data<std::string>() = absl::StrCat("element-", v);
+    static const auto names = std::make_shared<const std::vector<std::string>>(
+        std::vector<std::string>{"id", "vec", "name"});
+    return Element({Tensor::Scalar<int64_t>(v), vec, name}, names);
+  };
+  Dataset fused = Dataset::Range(50).Map(slow_first, 4).Batch(8);
+  {
+    auto it = *fused.MakeIterator();
+    while (it->GetNext()->has_value()) {
+    }
+    EXPECT_THAT(it->Stats().ToString(), HasSubstr("MapAndBatch/ParallelMap"));
+  }
+  EXPECT_EQ(fused.Cardinality(), 7);
+  auto unfused = *CollectAll(Dataset::Range(50).Map(slow_first).Batch(8));
+  auto batches = *CollectAll(fused);
+  ASSERT_EQ(batches.size(), 7u);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    ASSERT_EQ(batches[b].size(), 3u);
+    ASSERT_TRUE(batches[b].names != nullptr);
+    EXPECT_EQ(*batches[b].names, *unfused[b].names);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_TRUE(TensorsEqual(batches[b][c], unfused[b][c])) << "batch " << b << " comp " << c;
+    }
+  }
+  EXPECT_EQ(batches[6][1].shape(), Shape({2, 3}));  // the partial last batch
+  EXPECT_EQ(*batches[6][2].data<std::string>(), "element-48");
+  EXPECT_EQ(CollectAll(Dataset::Range(50).Map(slow_first, kAutotune).Batch(8, true))->size(), 6u);
+  // Nondeterministic: batches in completion order, every element once and intact.
+  auto any_order = *CollectAll(Dataset::Range(50).Map(slow_first, 4, false).Batch(8));
+  ASSERT_EQ(any_order.size(), 7u);
+  std::vector<int64_t> ids;
+  for (const Element& b : any_order) {
+    EXPECT_EQ(b[0].dim(0), &b == &any_order.back() ? 2 : 8);
+    for (int64_t r = 0; r < b[0].dim(0); ++r) {
+      const int64_t id = b[0].data<int64_t>()[r];
+      ids.push_back(id);
+      EXPECT_EQ(b[1].data<float>()[r * 3 + 2], static_cast<float>(id * 10 + 2));
+      EXPECT_EQ(b[2].data<std::string>()[r], absl::StrCat("element-", id));
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_THAT(ids, ElementsAreArray(Iota(0, 50)));
+}
+
+TEST(MapAndBatchTest, AFailedElementFailsItsBatchAndTheNextBatchFollows) {
+  MapFn fail_on_five = [](Element e) -> absl::StatusOr<Element> {
+    if (AsInt64(e) == 5) return absl::InvalidArgumentError("bad element 5");
+    return e;
+  };
+  auto it = *Dataset::Range(12).Map(fail_on_five, 3).Batch(4).MakeIterator();
+  std::vector<std::string> seen;
+  while (true) {
+    auto next = it->GetNext();
+    if (!next.ok()) {
+      seen.push_back(std::string(next.status().message()));
+      continue;
+    }
+    if (!next->has_value()) break;
+    seen.push_back(absl::StrCat("batch from ", (**next)[0].data<int64_t>()[0]));
+  }
+  EXPECT_THAT(seen, ElementsAre("batch from 0", "bad element 5", "batch from 8"));
+}
+
 TEST(BatchTest, RaggedElementsNameTheShapes) {
   MapFn ragged = [](Element e) -> absl::StatusOr<Element> {
     const int64_t n = AsInt64(e);
@@ -222,6 +293,15 @@ TEST(BatchTest, RaggedElementsNameTheShapes) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr("First element had shape [1] and element 1 had shape [2]"));
+  }
+  // Fused with a parallel map (in order or not): the error names the batch's element shape
+  // and the odd one, and iteration ends instead of waiting for a slot never written.
+  for (bool deterministic : {true, false}) {
+    auto status = CollectAll(Dataset::Range(4).Map(ragged, 2, deterministic).Batch(4)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("Cannot batch tensors with different shapes"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("had shape ["));
   }
 }
 
@@ -234,13 +314,13 @@ TEST(PaddedBatchTest, PadsToLargestLikeTfDocs) {
   auto batches = *CollectAll(Dataset::Range(1, 5).Map(fill).PaddedBatch(2));
   ASSERT_EQ(batches.size(), 2u);
   EXPECT_TRUE(TensorsEqual(batches[0][0], Tensor::FromVector<int64_t>({1, 0, 2, 2}, Shape{2, 2})));
-  EXPECT_TRUE(TensorsEqual(batches[1][0], Tensor::FromVector<int64_t>({3, 3, 3, 0, 4, 4, 4, 4},
-                                                                      Shape{2, 4})));
+  EXPECT_TRUE(TensorsEqual(batches[1][0],
+                           Tensor::FromVector<int64_t>({3, 3, 3, 0, 4, 4, 4, 4}, Shape{2, 4})));
   // A fixed padded shape and a padding value.
-  auto fixed = *CollectAll(Dataset::Range(1, 3).Map(fill).PaddedBatch(
-      2, {Shape{3}}, {Tensor::Scalar<int64_t>(-1)}));
-  EXPECT_TRUE(TensorsEqual(fixed[0][0],
-                           Tensor::FromVector<int64_t>({1, -1, -1, 2, 2, -1}, Shape{2, 3})));
+  auto fixed = *CollectAll(
+      Dataset::Range(1, 3).Map(fill).PaddedBatch(2, {Shape{3}}, {Tensor::Scalar<int64_t>(-1)}));
+  EXPECT_TRUE(
+      TensorsEqual(fixed[0][0], Tensor::FromVector<int64_t>({1, -1, -1, 2, 2, -1}, Shape{2, 3})));
   auto too_small = CollectAll(Dataset::Range(1, 5).Map(fill).PaddedBatch(2, {Shape{2}}));
   EXPECT_THAT(std::string(too_small.status().message()), HasSubstr("smaller size"));
 }
@@ -252,8 +332,8 @@ TEST(PaddedBatchTest, PadsRank2) {
     return Element({Tensor::FromVector(v, Shape{n, n})});
   };
   auto b = *CollectAll(Dataset::Range(1, 3).Map(square).PaddedBatch(2));
-  EXPECT_TRUE(TensorsEqual(b[0][0], Tensor::FromVector<int32_t>({1, 0, 0, 0, 2, 2, 2, 2},
-                                                                Shape{2, 2, 2})));
+  EXPECT_TRUE(
+      TensorsEqual(b[0][0], Tensor::FromVector<int32_t>({1, 0, 0, 0, 2, 2, 2, 2}, Shape{2, 2, 2})));
 }
 
 TEST(UnbatchTest, SplitsFirstDimension) {
@@ -272,8 +352,8 @@ TEST(ShuffleTest, SeedsAndReshuffling) {
   EXPECT_NE(a, Iota(0, 100));
   // reshuffle_each_iteration: each epoch differs, but the sequence of epochs is reproducible.
   auto epochs = *CollectInt64(Dataset::Range(20).Shuffle(20, 3).Repeat(2));
-  std::vector<int64_t> e1(epochs.begin(), epochs.begin() + 20), e2(epochs.begin() + 20,
-                                                                   epochs.end());
+  std::vector<int64_t> e1(epochs.begin(), epochs.begin() + 20),
+      e2(epochs.begin() + 20, epochs.end());
   EXPECT_NE(e1, e2);
   EXPECT_EQ(epochs, *CollectInt64(Dataset::Range(20).Shuffle(20, 3).Repeat(2)));
   auto same = *CollectInt64(Dataset::Range(20).Shuffle(20, 3, false).Repeat(2));
@@ -326,8 +406,7 @@ TEST(InterleaveTest, OrderWithBlockLengthMatchesTfDocs) {
   const std::vector<int64_t> expected = {1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3,
                                          3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5};
   DatasetFn fn = [](Element e) -> absl::StatusOr<Dataset> { return Repeated(AsInt64(e), 6); };
-  EXPECT_THAT(*CollectInt64(Dataset::Range(1, 6).Interleave(fn, 2, 4)),
-              ElementsAreArray(expected));
+  EXPECT_THAT(*CollectInt64(Dataset::Range(1, 6).Interleave(fn, 2, 4)), ElementsAreArray(expected));
   for (int parallel : {1, 2, kAutotune}) {
     EXPECT_THAT(*CollectInt64(Dataset::Range(1, 6).Interleave(fn, 2, 4, parallel)),
                 ElementsAreArray(expected))
@@ -352,9 +431,7 @@ TEST(InterleaveTest, UnevenInputsAndEmptyOnes) {
 }
 
 TEST(FlatMapTest, ConcatenatesInOrder) {
-  DatasetFn fn = [](Element e) -> absl::StatusOr<Dataset> {
-    return Dataset::Range(AsInt64(e));
-  };
+  DatasetFn fn = [](Element e) -> absl::StatusOr<Dataset> { return Dataset::Range(AsInt64(e)); };
   EXPECT_THAT(*CollectInt64(Dataset::Range(4).FlatMap(fn)), ElementsAre(0, 0, 1, 0, 1, 2));
 }
 
@@ -374,8 +451,8 @@ TEST(CacheTest, MemoryCacheServesLaterEpochsWithoutTheInput) {
   EXPECT_THAT(*CollectInt64(ds), ElementsAreArray(Iota(0, 5)));
   EXPECT_THAT(*CollectInt64(ds), ElementsAreArray(Iota(0, 5)));
   EXPECT_EQ(calls->load(), 5);
-  EXPECT_THAT(*CollectInt64(ds.Repeat(3)), ElementsAreArray(
-      std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+  EXPECT_THAT(*CollectInt64(ds.Repeat(3)),
+              ElementsAreArray(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
   EXPECT_EQ(calls->load(), 5);
 }
 
