@@ -62,7 +62,7 @@ const std::map<std::string, std::string>& KnownFailures() {
       // MaxPool kernel is float-only.
       {"test_maxpool_2d_uint8", "MaxPool on uint8"},
       // onnx 1.12 made its float->bfloat16 reference by truncating the mantissa; Kiln rounds
-      // to nearest even, as TensorFlow, oneDNN and newer ONNX test data do.
+      // to nearest even, as TensorFlow and oneDNN do.
       {"test_cast_FLOAT_to_BFLOAT16", "reference truncates instead of rounding"},
       {"test_castlike_FLOAT_to_BFLOAT16", "reference truncates instead of rounding"},
       {"test_castlike_FLOAT_to_BFLOAT16_expanded", "reference truncates instead of rounding"},
