@@ -5,10 +5,12 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "import/tf/converter.h"
 #include "import/tf/tensor_bundle.h"
 #include "test_util.h"
 #include "tf_graph_builder.h"
 #include "tensorflow/core/example/example.pb.h"
+#include "tensorflow/core/protobuf/saved_model.pb.h"
 
 namespace kiln::import::tf {
 namespace {
@@ -139,6 +141,57 @@ TEST(SavedModelTest, HalfPlusTwoRegressAndClassifyParseExamples) {
       std::vector<float> got = Floats((*out)[0]);
       EXPECT_EQ(got, c.expected) << variant << " " << c.signature;
     }
+  }
+}
+
+// regress_x2_to_y3 takes x2 itself (x2:0, float [-1, 1]), as TF Serving's
+// PredictionWithNamedRegressionSignature feeds it: 2.0 -> 4.0. Upstream, x2 is parsed from
+// tf.Example feature "x2" with default 0, so an example without it gives y3 = 3.
+TEST(SavedModelTest, HalfPlusTwoRegressX2ToY3) {
+  for (const char* variant : kHalfPlusTwoVariants) {
+    if (absl::StrContains(variant, "tf2")) continue;  // predict only
+    // The MKL export's y2/y3 are a different graph (a conv over [1, 10, 10, 1]).
+    if (absl::StrContains(variant, "mkl")) continue;
+    SCOPED_TRACE(variant);
+    const std::string dir = TfServingDir(variant);
+    auto model = ImportSavedModel(dir);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const SignatureGraph* sig = FindSignature(*model, "regress_x2_to_y3");
+    ASSERT_NE(sig, nullptr);
+    EXPECT_EQ(sig->method_name, "tensorflow/serving/regress");
+    EXPECT_EQ(sig->inputs.at("inputs").name, "x2:0");
+    EXPECT_EQ(sig->inputs.at("inputs").dtype, DType::kFloat32);
+    auto out = RunSignature(*sig, {Tensor::FromVector<float>({2.f})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{4.f}));
+    auto column = RunSignature(*sig, {Tensor::FromVector<float>({1.f, 0.f, -6.f}, Shape{3, 1})});
+    ASSERT_TRUE(column.ok()) << column.status();
+    EXPECT_EQ((*column)[0].shape(), (Shape{3, 1}));
+    EXPECT_EQ(Floats((*column)[0]), (std::vector<float>{3.5f, 3.f, 0.f}));
+
+    // The same graph from serialized examples (tf_example:0 -> y3:0): x2's default is 0.
+    auto bytes = ReadFileToString(dir + "/saved_model.pb");
+    ASSERT_TRUE(bytes.ok());
+    tensorflow::SavedModel saved;
+    ASSERT_TRUE(saved.ParseFromString(*bytes));
+    auto bundle = BundleReader::Open(dir + "/variables/variables");
+    ASSERT_TRUE(bundle.ok()) << bundle.status();
+    ImportSource source;
+    source.graph = &saved.meta_graphs(0).graph_def();
+    source.meta_graph = &saved.meta_graphs(0);
+    source.export_dir = dir;
+    source.variables = bundle->get();
+    Converter converter(source);
+    ASSERT_TRUE(converter.Prepare().ok());
+    auto graph = converter.BuildGraph({{"tf_example:0", "examples", DType::kString, 1}}, {"y3:0"});
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    SignatureGraph from_examples;
+    from_examples.graph = *std::move(graph);
+    auto y3 = RunSignature(from_examples,
+                           {Strings({Example({{"x", {1.f}}, {"x2", {4.f}}}), Example({{"x", {2.f}}}),
+                                     Example({{"x", {3.f}}, {"x2", {-2.f}}})})});
+    ASSERT_TRUE(y3.ok()) << y3.status();
+    EXPECT_EQ(Floats((*y3)[0]), (std::vector<float>{5.f, 3.f, 2.f}));
   }
 }
 
