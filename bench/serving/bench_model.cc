@@ -1,8 +1,10 @@
 // Prepares models for the serving benchmarks (bench/serving/*.sh):
-//   serving_bench_model dynamic-batch IN.onnx OUT.onnx
+//   serving_bench_model dynamic-batch IN.onnx OUT.onnx [--row_shape=3,112,112]
 //       writes a copy whose graph inputs and outputs have a symbolic first dimension
 //       ("batch"), so that a model exported for batch 1 can be served with batching (its
-//       intermediate value_info shapes, which pin batch 1, are dropped).
+//       intermediate value_info shapes, which pin batch 1, are dropped). --row_shape
+//       redeclares the other dimensions of the (single) input, for fully convolutional models
+//       that run at other image sizes (smaller images: shorter benchmarks).
 //   serving_bench_model warmup OUT_FILE --model=NAME --input=NAME --shape=1,3,224,224
 //       writes assets.extra/tf_serving_warmup_requests: a TFRecord with one PredictionLog
 //       holding a PredictRequest of that shape (float32), as TF Serving's docs describe.
@@ -20,13 +22,13 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: serving_bench_model dynamic-batch IN.onnx OUT.onnx\n"
+               "usage: serving_bench_model dynamic-batch IN.onnx OUT.onnx [--row_shape=D1,D2,...]\n"
                "       serving_bench_model warmup OUT_FILE --model=NAME --input=NAME "
                "--shape=D0,D1,...\n");
   return 2;
 }
 
-int DynamicBatch(const std::string& in, const std::string& out) {
+int DynamicBatch(const std::string& in, const std::string& out, const std::string& row_shape) {
   std::ifstream file(in, std::ios::binary);
   onnx::ModelProto model;
   if (!file || !model.ParseFromIstream(&file)) {
@@ -42,7 +44,18 @@ int DynamicBatch(const std::string& in, const std::string& out) {
     // Initializers listed as inputs (old exporters) keep their shapes.
     bool is_initializer = false;
     for (const auto& init : graph->initializer()) is_initializer |= init.name() == input.name();
-    if (!is_initializer) make_dynamic(&input);
+    if (is_initializer) continue;
+    make_dynamic(&input);
+    if (!row_shape.empty()) {
+      auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+      std::stringstream dims(row_shape);
+      std::string dim;
+      int d = 1;
+      while (std::getline(dims, dim, ',')) {
+        if (d >= shape->dim_size()) shape->add_dim();
+        shape->mutable_dim(d++)->set_dim_value(std::stoll(dim));
+      }
+    }
   }
   for (auto& output : *graph->mutable_output()) make_dynamic(&output);
   graph->clear_value_info();
@@ -98,7 +111,14 @@ int Warmup(const std::string& out, const std::vector<std::string>& flags) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() == 3 && args[0] == "dynamic-batch") return DynamicBatch(args[1], args[2]);
+  if ((args.size() == 3 || args.size() == 4) && args[0] == "dynamic-batch") {
+    std::string row_shape;
+    if (args.size() == 4) {
+      if (args[3].rfind("--row_shape=", 0) != 0) return Usage();
+      row_shape = args[3].substr(12);
+    }
+    return DynamicBatch(args[1], args[2], row_shape);
+  }
   if (args.size() >= 2 && args[0] == "warmup") {
     return Warmup(args[1], std::vector<std::string>(args.begin() + 2, args.end()));
   }

@@ -7,8 +7,10 @@
 # Usage: bench/serving/run_batching_bench.sh [BUILD_DIR] [SECONDS] [CONNECTIONS] [BATCH]
 # Model: $KILN_BENCH_MODEL (an ONNX file; default light_squeezenet from the shared test data,
 # made batchable by serving_bench_model dynamic-batch), input $KILN_BENCH_INPUT with row shape
-# $KILN_BENCH_ROW_SHAPE. Extra `kiln serve` flags: $KILN_SERVE_FLAGS; batching parameters
-# beyond max_batch_size/allowed_batch_sizes: $KILN_BATCHING_EXTRA (text proto lines).
+# $KILN_BENCH_ROW_SHAPE (default 3,112,112: squeezenet is fully convolutional, and smaller
+# images keep the run short on a small machine). Extra `kiln serve` flags: $KILN_SERVE_FLAGS;
+# batching parameters beyond max_batch_size/allowed_batch_sizes: $KILN_BATCHING_EXTRA (text
+# proto lines).
 set -euo pipefail
 build=${1:-build}
 seconds=${2:-20}
@@ -17,14 +19,15 @@ batch=${4:-32}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${KILN_BENCH_MODEL:-$root/../shared/testdata/models/onnx_light_zoo/light_squeezenet.onnx}
 input=${KILN_BENCH_INPUT:-data_0}
-row_shape=${KILN_BENCH_ROW_SHAPE:-3,224,224}
+row_shape=${KILN_BENCH_ROW_SHAPE:-3,112,112}
 kiln="$build/tools/kiln/kiln"
 work=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 
 mkdir -p "$work/m/1"
-"$build/bench/serving/serving_bench_model" dynamic-batch "$model" "$work/m/1/model.onnx"
+"$build/bench/serving/serving_bench_model" dynamic-batch "$model" "$work/m/1/model.onnx" \
+  --row_shape="$row_shape"
 cat > "$work/models.config" <<CONFIG
 model_config_list { config { name: "m" base_path: "$work/m" model_platform: "onnx" } }
 CONFIG
@@ -37,14 +40,29 @@ max_enqueued_batches { value: 1000 }
 ${KILN_BATCHING_EXTRA:-}
 CONFIG
 
+# CPU seconds (user + system) a process used so far.
+cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# Prints "items_per_s runs cpu_seconds" of an offline run. On a shared machine the two sides
+# may get different shares of the cores, so the script also compares items per CPU-second.
 offline() {
-  "$kiln" run "$work/m/1/model.onnx" --bench --batch "$batch" --seconds "$seconds" --json \
-    | sed -n 's/.*"items_per_s": \([0-9.]*\).*/\1/p'
+  /usr/bin/time -f "%U %S" -o "$work/time.txt" \
+    "$kiln" run "$work/m/1/model.onnx" --bench --batch "$batch" --json "$@" \
+    > "$work/offline.json"
+  local ips runs
+  ips=$(sed -n 's/.*"items_per_s": \([0-9.]*\).*/\1/p' "$work/offline.json")
+  runs=$(sed -n 's/.*"runs": \([0-9]*\).*/\1/p' "$work/offline.json")
+  echo "$ips $runs $(awk '{ print $1 + $2 }' "$work/time.txt")"
 }
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cores: $(nproc)"
-offline_1=$(offline)
-echo "offline kiln run --bench --batch $batch: $offline_1 items/s"
+# Model load, compilation and the untimed first run, so that per-CPU figures count timed runs
+# only: a run with one timed iteration costs this plus one run.
+read -r _ _ cpu_fixed <<< "$(offline --iterations 1)"
+read -r offline_1 runs_1 cpu_1 <<< "$(offline --seconds "$seconds")"
+echo "offline kiln run --bench --batch $batch: $offline_1 items/s ($runs_1 runs, $cpu_1 CPU-s)"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$kiln" serve --port="$port" --model_config_file="$work/models.config" --enable_batching \
@@ -56,20 +74,33 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 # The first seconds (plan compilation for the batch size, connection setup) are not measured.
-line=$("$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
+warmup=5
+"$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
   --input="$input" --shape="$row_shape" --rows=1 --connections="$connections" \
-  --warmup_seconds=5 --seconds="$seconds") || { echo "$line"; cat "$work/serve.log"; exit 1; }
-echo "server (gRPC, 1 row/request, $connections connections): $line"
+  --warmup_seconds=$warmup --seconds="$seconds" > "$work/load.txt" 2>&1 &
+load=$!
+sleep $warmup
+server_cpu_start=$(cpu_seconds $server)
+sleep "$seconds"
+server_cpu=$(echo "$(cpu_seconds $server) - $server_cpu_start" | bc)
+wait $load || { cat "$work/load.txt"; cat "$work/serve.log"; exit 1; }
+line=$(grep '^requests=' "$work/load.txt")
+echo "server (gRPC, 1 row/request, $connections connections): $line cpu_s=$server_cpu"
 kill -TERM $server
 wait $server
 server=
 
-offline_2=$(offline)
-echo "offline kiln run --bench --batch $batch (again): $offline_2 items/s"
+read -r offline_2 runs_2 cpu_2 <<< "$(offline --seconds "$seconds")"
+echo "offline kiln run --bench --batch $batch (again): $offline_2 items/s ($runs_2 runs, $cpu_2 CPU-s)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 rows_per_s=$(echo "$line" | sed -n 's/.*rows_per_s=\([0-9.]*\).*/\1/p')
 python3 -c "
 served = $rows_per_s
 offline = ($offline_1 + $offline_2) / 2
-print(f'served/offline = {served:.1f} / {offline:.1f} = {served / offline:.3f}')
+print(f'served/offline throughput = {served:.1f} / {offline:.1f} items/s = {served / offline:.3f}')
+served_per_cpu = served * $seconds / $server_cpu
+# (cpu_fixed covers load + first run + one timed run: runs_i - 1 runs remain in cpu_i - fixed)
+offline_per_cpu = ($runs_1 + $runs_2 - 2) * $batch / ($cpu_1 + $cpu_2 - 2 * $cpu_fixed)
+print(f'per CPU-second: served {served_per_cpu:.1f} / offline {offline_per_cpu:.1f} items = '
+      f'{served_per_cpu / offline_per_cpu:.3f} (server CPU share {$server_cpu / $seconds:.2f} cores)')
 "

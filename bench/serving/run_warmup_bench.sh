@@ -4,34 +4,48 @@
 # gRPC client, times its first Predict, then the p50 of the next N (sequential) requests.
 # Target (issue 5): with warmup, first <= 2 x p50.
 #
-# Usage: bench/serving/run_warmup_bench.sh [BUILD_DIR] [N]
+# Usage: bench/serving/run_warmup_bench.sh [BUILD_DIR] [N] [TRIALS]
+# Each setting runs TRIALS fresh servers (default 3): a single first request is one sample.
 # Model: $KILN_BENCH_MODEL (ONNX; default light_squeezenet from the shared test data), input
 # $KILN_BENCH_INPUT, row shape $KILN_BENCH_ROW_SHAPE; the warmup file holds one request of one
 # row, the same shape the client sends.
 set -euo pipefail
 build=${1:-build}
 requests=${2:-1000}
+trials=${3:-3}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 model=${KILN_BENCH_MODEL:-$root/../shared/testdata/models/onnx_light_zoo/light_squeezenet.onnx}
 input=${KILN_BENCH_INPUT:-data_0}
-row_shape=${KILN_BENCH_ROW_SHAPE:-3,224,224}
+row_shape=${KILN_BENCH_ROW_SHAPE-3,112,112}
 kiln="$build/tools/kiln/kiln"
 work=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 
-mkdir -p "$work/m/1/assets.extra"
-"$build/bench/serving/serving_bench_model" dynamic-batch "$model" "$work/m/1/model.onnx"
-"$build/bench/serving/serving_bench_model" warmup \
-  "$work/m/1/assets.extra/tf_serving_warmup_requests" --model=m --input="$input" \
-  --shape="1,$row_shape"
-cat > "$work/models.config" <<CONFIG
+if [ -n "${KILN_BENCH_BASE_PATH:-}" ]; then
+  # A model directory as it is (its own warmup file), e.g. examples/models/half_plus_two_savedmodel
+  # with KILN_BENCH_INPUT=x KILN_BENCH_ROW_SHAPE= (rank-1 input).
+  cat > "$work/models.config" <<CONFIG
+model_config_list { config { name: "m" base_path: "$KILN_BENCH_BASE_PATH"
+  model_platform: "${KILN_BENCH_PLATFORM:-tensorflow}" } }
+CONFIG
+else
+  mkdir -p "$work/m/1/assets.extra"
+  "$build/bench/serving/serving_bench_model" dynamic-batch "$model" "$work/m/1/model.onnx" \
+    --row_shape="$row_shape"
+  "$build/bench/serving/serving_bench_model" warmup \
+    "$work/m/1/assets.extra/tf_serving_warmup_requests" --model=m --input="$input" \
+    --shape="1,$row_shape"
+  cat > "$work/models.config" <<CONFIG
 model_config_list { config { name: "m" base_path: "$work/m" model_platform: "onnx" } }
 CONFIG
+fi
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cores: $(nproc)"
 for warmup in true false; do
+for trial in $(seq 1 "$trials"); do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  : > "$work/serve.log"
   "$kiln" serve --port="$port" --model_config_file="$work/models.config" \
     --enable_model_warmup=$warmup ${KILN_SERVE_FLAGS:-} > "$work/serve.log" 2>&1 &
   server=$!
@@ -42,9 +56,30 @@ for warmup in true false; do
   line=$("$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
     --input="$input" --shape="$row_shape" --rows=1 --sequential="$requests") \
     || { echo "$line"; cat "$work/serve.log"; exit 1; }
-  echo "enable_model_warmup=$warmup: $line"
+  # A second client on the now warm server: its first request shows what any new connection's
+  # first request costs, warm or not (client-side first-call paths, HTTP/2 stream setup).
+  again=$("$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
+    --input="$input" --shape="$row_shape" --rows=1 --sequential=100 | sed -n 's/.*first_us=\([0-9]*\).*/\1/p')
+  echo "enable_model_warmup=$warmup trial $trial: $line second_client_first_us=$again" \
+    | tee -a "$work/results.txt"
   kill -TERM $server
   wait $server
   server=
 done
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# One first request is one sample, and on a busy machine a single sample can land on a
+# scheduling hiccup (see p99): the medians over the trials are the figures to quote.
+python3 - "$work/results.txt" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    setting = line.split(" trial")[0]
+    values = dict(re.findall(r"(\w+)=([\d.]+)", line.split(": ", 1)[1]))
+    rows.setdefault(setting, []).append(values)
+for setting, values in rows.items():
+    med = lambda key: statistics.median(float(v[key]) for v in values)
+    print(f"{setting}: median over {len(values)} trials: first_us={med('first_us'):.0f} "
+          f"p50_us={med('p50_us'):.0f} first_over_p50={med('first_over_p50'):.2f} "
+          f"second_client_first_us={med('second_client_first_us'):.0f}")
+PY

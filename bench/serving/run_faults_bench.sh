@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Version transitions and config reloads under load: zero failed requests expected.
+# `kiln serve` (batching on, polling every second) serves half_plus_two (ONNX) while the gRPC
+# load generator and wrk (REST) send predictions; meanwhile a new version appears (t=3 s), the
+# config file gains a model (t=6 s), another version appears (t=9 s) and the config drops the
+# added model again (t=12 s). Prints both load generators' counts and the server's log of the
+# transitions; exits 1 when any request failed.
+#
+# Usage: bench/serving/run_faults_bench.sh [BUILD_DIR] [SECONDS>=15] [CONNECTIONS]
+set -euo pipefail
+build=${1:-build}
+seconds=${2:-15}
+connections=${3:-16}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kiln="$build/tools/kiln/kiln"
+work=$(mktemp -d)
+server=
+trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
+
+mkdir -p "$work/half_plus_two/1"
+cp "$root/examples/models/half_plus_two/1/model.onnx" "$work/half_plus_two/1/"
+entry() {
+  echo "config { name: \"$1\" base_path: \"$2\" model_platform: \"onnx\" }"
+}
+echo "model_config_list { $(entry half_plus_two "$work/half_plus_two") }" > "$work/models.config"
+cat > "$work/batching.config" <<CONFIG
+max_batch_size { value: 32 }
+batch_timeout_micros { value: 1000 }
+num_batch_threads { value: 2 }
+CONFIG
+# A new version is written next to the base path and renamed into it, so that the poller never
+# sees a half-copied folder (as TF Serving's docs advise for exports).
+add_version() {
+  mkdir -p "$work/staging"
+  cp "$root/examples/models/half_plus_two/1/model.onnx" "$work/staging/"
+  mv "$work/staging" "$work/half_plus_two/$1"
+}
+
+grpc_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+rest_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$kiln" serve --port="$grpc_port" --rest_api_port="$rest_port" \
+  --model_config_file="$work/models.config" --model_config_file_poll_wait_seconds=1 \
+  --file_system_poll_wait_seconds=1 --enable_batching \
+  --batching_parameters_file="$work/batching.config" ${KILN_SERVE_FLAGS:-} \
+  > "$work/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$rest_port/v1/models/half_plus_two" > /dev/null && break
+  sleep 0.1
+done
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cores: $(nproc)"
+
+"$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$grpc_port" --model=half_plus_two \
+  --input=x --shape=1 --rows=3 --connections="$connections" --seconds="$seconds" \
+  > "$work/grpc.txt" 2>&1 &
+grpc_load=$!
+KILN_BODY='{"instances": [[1.0], [2.0], [5.0]]}' wrk -t2 -c"$connections" -d"${seconds}s" \
+  --latency -s "$root/bench/serving/predict.lua" \
+  "http://127.0.0.1:$rest_port/v1/models/half_plus_two:predict" > "$work/wrk.txt" 2>&1 &
+rest_load=$!
+
+sleep 3
+add_version 2
+sleep 3
+echo "model_config_list { $(entry half_plus_two "$work/half_plus_two")
+  $(entry penguin_tabular "$root/examples/models/penguin_tabular") }" > "$work/models.config.new"
+mv "$work/models.config.new" "$work/models.config"
+sleep 3
+add_version 3
+sleep 3
+echo "model_config_list { $(entry half_plus_two "$work/half_plus_two") }" \
+  > "$work/models.config.new"
+mv "$work/models.config.new" "$work/models.config"
+
+failed=0
+wait $grpc_load || failed=1
+wait $rest_load || failed=1
+grpc_line=$(grep '^requests=' "$work/grpc.txt" || cat "$work/grpc.txt")
+rest_line=$(grep '^requests=' "$work/wrk.txt" || cat "$work/wrk.txt")
+echo "gRPC ($connections connections, 3 rows): $grpc_line"
+echo "REST ($connections connections, 3 rows): $rest_line"
+grep -q "errors_non2xx=0 socket_errors=0" <<< "$rest_line" || failed=1
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "server log:"
+grep -E "available|unloaded|reloaded|failed" "$work/serve.log" | sed 's/^/  /'
+status=$(curl -s "http://127.0.0.1:$rest_port/v1/models/half_plus_two")
+echo "final status: $(tr -d '\n ' <<< "$status")"
+kill -TERM $server
+wait $server
+server=
+exit $failed
