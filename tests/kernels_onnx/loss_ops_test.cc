@@ -96,9 +96,9 @@ TEST(SoftmaxCrossEntropyLoss, LossAndLogProb) {
   ASSERT_TRUE(mean.ok()) << mean.status();
   EXPECT_NEAR((*mean)[0].data<float>()[0], (std::log(2.0) - std::log(0.75)) / 2, 1e-6);
   // Weighted, with the second element ignored: weight[1] * -ln(3/4) / weight[1].
-  auto weighted = RunKernel("SoftmaxCrossEntropyLoss",
-                            {scores, I64({1, -1}, {1, 2}), F32({2.f, 5.f}, {2})},
-                            {{"ignore_index", int64_t{-1}}});
+  auto weighted =
+      RunKernel("SoftmaxCrossEntropyLoss", {scores, I64({1, -1}, {1, 2}), F32({2.f, 5.f}, {2})},
+                {{"ignore_index", int64_t{-1}}});
   ASSERT_TRUE(weighted.ok()) << weighted.status();
   EXPECT_NEAR((*weighted)[0].data<float>()[0], -std::log(0.75), 1e-6);
 }

@@ -60,8 +60,7 @@ TEST(DynamicQuantizeLinear, RangeIncludesZero) {
   EXPECT_FLOAT_EQ((*out)[1].data<float>()[0], 0.01f);
   EXPECT_EQ((*out)[2].data<uint8_t>()[0], 0);
   // All zeros: scale 0, everything quantizes to 0 instead of dividing by zero.
-  auto zeros = RunKernel("DynamicQuantizeLinear", {Of<float>({0, 0}, {2})}, {},
-                         {.num_outputs = 3});
+  auto zeros = RunKernel("DynamicQuantizeLinear", {Of<float>({0, 0}, {2})}, {}, {.num_outputs = 3});
   ASSERT_TRUE(zeros.ok()) << zeros.status();
   EXPECT_EQ(Values<uint8_t>((*zeros)[0]), (std::vector<uint8_t>{0, 0}));
 }
@@ -89,8 +88,9 @@ TEST(QLinearMatMul, RequantizesWithCombinedScale) {
 
 TEST(ConvInteger, PaddingCountsAsZeroPoint) {
   // 2x2 input minus zero point 1 -> [[0, 1], [2, 3]]; 1x1 kernel 2 with pads 1: a zero border.
-  auto out = RunKernel("ConvInteger", {Of<uint8_t>({1, 2, 3, 4}, {1, 1, 2, 2}),
-                                       Of<uint8_t>({2}, {1, 1, 1, 1}), Of<uint8_t>({1}, {})},
+  auto out = RunKernel("ConvInteger",
+                       {Of<uint8_t>({1, 2, 3, 4}, {1, 1, 2, 2}), Of<uint8_t>({2}, {1, 1, 1, 1}),
+                        Of<uint8_t>({1}, {})},
                        {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].shape(), Shape({1, 1, 4, 4}));
@@ -101,11 +101,11 @@ TEST(ConvInteger, PaddingCountsAsZeroPoint) {
 TEST(QLinearConv, BiasAndPerChannelWeightScale) {
   // Two output channels of a 1x1 conv on one pixel x = 4 (scale 1, zero 0): channel 0 weight
   // 1 (scale 1) + bias 2 -> 6; channel 1 weight 3 (scale 0.5) + bias 0 -> 6; y scale 2 -> 3.
-  auto out = RunKernel("QLinearConv",
-                       {Of<uint8_t>({4}, {1, 1, 1, 1}), Of<float>({1}, {}), Of<uint8_t>({0}, {}),
-                        Of<uint8_t>({1, 3}, {2, 1, 1, 1}), Of<float>({1.f, 0.5f}, {2}),
-                        Of<uint8_t>({0, 0}, {2}), Of<float>({2}, {}), Of<uint8_t>({0}, {}),
-                        Of<int32_t>({2, 0}, {2})});
+  auto out = RunKernel(
+      "QLinearConv",
+      {Of<uint8_t>({4}, {1, 1, 1, 1}), Of<float>({1}, {}), Of<uint8_t>({0}, {}),
+       Of<uint8_t>({1, 3}, {2, 1, 1, 1}), Of<float>({1.f, 0.5f}, {2}), Of<uint8_t>({0, 0}, {2}),
+       Of<float>({2}, {}), Of<uint8_t>({0}, {}), Of<int32_t>({2, 0}, {2})});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Values<uint8_t>((*out)[0]), (std::vector<uint8_t>{3, 3}));
 }
@@ -127,8 +127,8 @@ TEST(Windows, PeriodicAndSymmetric) {
   ASSERT_EQ(m.size(), 3u);
   EXPECT_NEAR(m[0], 4.0 / 46.0, 1e-6);
   EXPECT_NEAR(m[1], 1.0, 1e-6);
-  auto blackman = RunKernel("BlackmanWindow", {Of<int64_t>({2}, {})},
-                            {{"output_datatype", int64_t{11}}});
+  auto blackman =
+      RunKernel("BlackmanWindow", {Of<int64_t>({2}, {})}, {{"output_datatype", int64_t{11}}});
   ASSERT_TRUE(blackman.ok()) << blackman.status();
   EXPECT_EQ((*blackman)[0].dtype(), DType::kFloat64);
   EXPECT_NEAR((*blackman)[0].data<double>()[1], 0.42 + 0.5 + 0.08, 1e-12);
@@ -168,8 +168,8 @@ TEST(Stft, FramesAreWindowedDfts) {
   EXPECT_NEAR(v[0], 4, 1e-6);
   EXPECT_NEAR(v[2], 0, 1e-6);
   EXPECT_NEAR(v[6], 4, 1e-6);
-  auto bad = RunKernel("STFT", {Of<float>({1, 1}, {1, 2, 1}), Of<int64_t>({1}, {}), Tensor(),
-                                Of<int64_t>({4}, {})});
+  auto bad = RunKernel(
+      "STFT", {Of<float>({1, 1}, {1, 2, 1}), Of<int64_t>({1}, {}), Tensor(), Of<int64_t>({4}, {})});
   EXPECT_FALSE(bad.ok());
 }
 

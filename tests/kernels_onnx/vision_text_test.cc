@@ -46,19 +46,20 @@ TEST(RoiAlign, AveragesBilinearSamples) {
   // sample per bin: samples at (1.5, 1.5), (2.5, 1.5), ... -> the ramp's value there.
   std::vector<float> ramp(16);
   for (int i = 0; i < 16; ++i) ramp[i] = static_cast<float>(i);
-  auto out = RunKernel("RoiAlign",
-                       {Of<float>(ramp, {1, 1, 4, 4}), Of<float>({1, 1, 3, 3}, {1, 4}),
-                        Of<int64_t>({0}, {1})},
-                       {{"output_height", int64_t{2}}, {"output_width", int64_t{2}},
-                        {"sampling_ratio", int64_t{1}},
-                        {"coordinate_transformation_mode", std::string("output_half_pixel")}});
+  auto out = RunKernel(
+      "RoiAlign",
+      {Of<float>(ramp, {1, 1, 4, 4}), Of<float>({1, 1, 3, 3}, {1, 4}), Of<int64_t>({0}, {1})},
+      {{"output_height", int64_t{2}},
+       {"output_width", int64_t{2}},
+       {"sampling_ratio", int64_t{1}},
+       {"coordinate_transformation_mode", std::string("output_half_pixel")}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].shape(), Shape({1, 1, 2, 2}));
   const std::vector<float> v = Values<float>((*out)[0]);
   const std::vector<float> want = {1.5f + 6.f, 2.5f + 6.f, 1.5f + 10.f, 2.5f + 10.f};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(v[i], want[i], 1e-5) << i;
-  auto bad = RunKernel("RoiAlign", {Of<float>(ramp, {1, 1, 4, 4}),
-                                    Of<float>({1, 1, 3, 3}, {1, 4}), Of<int64_t>({1}, {1})});
+  auto bad = RunKernel("RoiAlign", {Of<float>(ramp, {1, 1, 4, 4}), Of<float>({1, 1, 3, 3}, {1, 4}),
+                                    Of<int64_t>({1}, {1})});
   EXPECT_FALSE(bad.ok());
 }
 
@@ -84,24 +85,24 @@ TEST(GridSample, CornersAndPadding) {
 TEST(MaxUnpool, ScattersAtPooledIndices) {
   const Tensor x = Of<float>({7, 9}, {1, 1, 1, 2});
   const Tensor idx = Of<int64_t>({1, 6}, {1, 1, 1, 2});
-  auto out = RunKernel("MaxUnpool", {x, idx},
-                       {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                        {"strides", std::vector<int64_t>{2, 2}}});
+  auto out = RunKernel(
+      "MaxUnpool", {x, idx},
+      {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].shape(), Shape({1, 1, 2, 4}));
   EXPECT_EQ(Values<float>((*out)[0]), (std::vector<float>{0, 7, 0, 0, 0, 0, 9, 0}));
   // A larger output_shape keeps the coordinates: (0, 1) and (1, 2) in a 3x5 plane.
-  auto bigger = RunKernel("MaxUnpool", {x, idx, Of<int64_t>({1, 1, 3, 5}, {4})},
-                          {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                           {"strides", std::vector<int64_t>{2, 2}}});
+  auto bigger = RunKernel(
+      "MaxUnpool", {x, idx, Of<int64_t>({1, 1, 3, 5}, {4})},
+      {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
   ASSERT_TRUE(bigger.ok()) << bigger.status();
   const std::vector<float> v = Values<float>((*bigger)[0]);
   ASSERT_EQ(v.size(), 15u);
   EXPECT_EQ(v[1], 7);
   EXPECT_EQ(v[7], 9);
-  auto bad = RunKernel("MaxUnpool", {x, Of<int64_t>({1, 8}, {1, 1, 1, 2})},
-                       {{"kernel_shape", std::vector<int64_t>{2, 2}},
-                        {"strides", std::vector<int64_t>{2, 2}}});
+  auto bad = RunKernel(
+      "MaxUnpool", {x, Of<int64_t>({1, 8}, {1, 1, 1, 2})},
+      {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
   EXPECT_FALSE(bad.ok());
 }
 

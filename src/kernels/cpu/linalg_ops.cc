@@ -64,7 +64,8 @@ class DetKernel : public MathKernel {
       if constexpr (std::is_floating_point_v<T> || math::kIsHalf<T>) {
         std::vector<double> a(m * m);
         for (int64_t b = 0; b < count; ++b) {
-          for (int64_t i = 0; i < m * m; ++i) a[i] = tensor_ops::AsDouble(x.data<T>()[b * m * m + i]);
+          for (int64_t i = 0; i < m * m; ++i)
+            a[i] = tensor_ops::AsDouble(x.data<T>()[b * m * m + i]);
           ctx.outputs[0].data<T>()[b] = tensor_ops::FromDouble<T>(Determinant(a, m));
         }
       }

@@ -32,11 +32,20 @@ enum class Reduction { kNone, kSum, kMean };
 template <typename Fn>
 void VisitFloat(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: fn(float{}); break;
-    case DType::kFloat64: fn(double{}); break;
-    case DType::kFloat16: fn(Float16{}); break;
-    case DType::kBFloat16: fn(BFloat16{}); break;
-    default: break;
+    case DType::kFloat32:
+      fn(float{});
+      break;
+    case DType::kFloat64:
+      fn(double{});
+      break;
+    case DType::kFloat16:
+      fn(Float16{});
+      break;
+    case DType::kBFloat16:
+      fn(BFloat16{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -84,8 +93,9 @@ class LossKernel : public MathKernel {
     bool shapes_match = t.rank() == s.rank() - 1 && t[0] == s[0];
     for (int i = 1; shapes_match && i < t.rank(); ++i) shapes_match = t[i] == s[i + 1];
     if (!shapes_match) {
-      return Error("input '", target_name, "' has shape ", t.ToString(), "; expected [N, d1, ...] = ",
-                   "the shape of '", scores_name, "' ", s.ToString(), " without its class axis");
+      return Error("input '", target_name, "' has shape ", t.ToString(),
+                   "; expected [N, d1, ...] = ", "the shape of '", scores_name, "' ", s.ToString(),
+                   " without its class axis");
     }
     n_ = s[0];
     c_ = s[1];

@@ -279,8 +279,7 @@ class ReduceKernel : public MathKernel {
       prepare.inputs.push_back(info);
     }
     prepare.inputs[0].constant = nullptr;
-    KILN_RETURN_IF_ERROR(prepare.inputs[1].present() ? prepared.Prepare(prepare)
-                                                     : Error("input 'axes' is missing"));
+    KILN_RETURN_IF_ERROR(prepared.Prepare(prepare));
     ctx.Allocate(0, prepare.output_dtypes[0], prepare.output_shapes[0]);
     std::shared_ptr<Buffer> scratch = Buffer::Allocate(prepare.scratch_bytes);
     ComputeContext sub = ctx;

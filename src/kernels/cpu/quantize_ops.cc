@@ -27,20 +27,31 @@ using tensor_ops::AsDouble;
 using tensor_ops::FromDouble;
 
 bool IsQuantizedType(DType d) {
-  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 ||
-         d == DType::kUInt16 || d == DType::kInt32;
+  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 || d == DType::kUInt16 ||
+         d == DType::kInt32;
 }
 
 // Calls fn(T{}) for the integer types quantized tensors use.
 template <typename Fn>
 void VisitQuantized(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kInt8: fn(int8_t{}); break;
-    case DType::kUInt8: fn(uint8_t{}); break;
-    case DType::kInt16: fn(int16_t{}); break;
-    case DType::kUInt16: fn(uint16_t{}); break;
-    case DType::kInt32: fn(int32_t{}); break;
-    default: break;
+    case DType::kInt8:
+      fn(int8_t{});
+      break;
+    case DType::kUInt8:
+      fn(uint8_t{});
+      break;
+    case DType::kInt16:
+      fn(int16_t{});
+      break;
+    case DType::kUInt16:
+      fn(uint16_t{});
+      break;
+    case DType::kInt32:
+      fn(int32_t{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -64,10 +75,9 @@ absl::StatusOr<int64_t> CheckQuantParam(const InputInfo& param, const Shape& x, 
   const int64_t n = param.shape.num_elements();
   if (param.shape.rank() == 0 || (param.shape.rank() == 1 && n == 1)) return 1;
   if (param.shape.rank() == 1 && x.rank() > axis && n == x[axis]) return n;
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, ": '", name, "' has shape ", param.shape.ToString(),
-                   "; expected a scalar or [", x.rank() > axis ? x[axis] : 0, "] (axis ", axis,
-                   " of ", x.ToString(), ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, ": '", name, "' has shape ", param.shape.ToString(), "; expected a scalar or [",
+      x.rank() > axis ? x[axis] : 0, "] (axis ", axis, " of ", x.ToString(), ")"));
 }
 
 // Shared by QuantizeLinear and DequantizeLinear: (x, scale, zero_point?) with `axis`.
@@ -90,8 +100,7 @@ class LinearQuantKernel : public MathKernel {
     if (ctx.inputs[1].shape.num_elements() != 1) {
       KILN_ASSIGN_OR_RETURN(axis_, math::NormalizeAxis(axis_attr_, x.rank(), where()));
     }
-    KILN_ASSIGN_OR_RETURN(channels_,
-                          CheckQuantParam(ctx.inputs[1], x, axis_, scale_name, where()));
+    KILN_ASSIGN_OR_RETURN(channels_, CheckQuantParam(ctx.inputs[1], x, axis_, scale_name, where()));
     if (!IsFloat(ctx.inputs[1].dtype)) {
       return Error("'", scale_name, "' must be float, got ", DTypeName(ctx.inputs[1].dtype));
     }
@@ -119,8 +128,7 @@ class LinearQuantKernel : public MathKernel {
 // y = saturate(round(x / scale) + zero_point); y's type is zero_point's (uint8 without it).
 class QuantizeLinearKernel : public LinearQuantKernel {
  public:
-  explicit QuantizeLinearKernel(const ir::Node& node)
-      : LinearQuantKernel(node), saturate_attr_(node.GetInt("saturate", 1)) {}
+  explicit QuantizeLinearKernel(const ir::Node& node) : LinearQuantKernel(node) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx, "x", "y_scale", "y_zero_point"));
@@ -132,7 +140,6 @@ class QuantizeLinearKernel : public LinearQuantKernel {
     if (!IsQuantizedType(yt) || yt == DType::kInt32) {
       return Error("'y_zero_point' must be int8, uint8, int16 or uint16, got ", DTypeName(yt));
     }
-    (void)saturate_attr_;  // only meaningful for float8 outputs, which Kiln does not have
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = yt;
     ctx.output_shapes[0] = ctx.inputs[0].shape;
@@ -157,9 +164,6 @@ class QuantizeLinearKernel : public LinearQuantKernel {
     });
     return absl::OkStatus();
   }
-
- private:
-  int64_t saturate_attr_;
 };
 
 // y = (x - zero_point) * scale, in scale's float type.
@@ -196,8 +200,8 @@ class DequantizeLinearKernel : public LinearQuantKernel {
           const int64_t c = Channel(i);
           const double zp = zero.valid() ? ValueAt(zero, c) : 0.0;
           // (x - zp) is exact in float for every 16-bit type; the product rounds once.
-          const float v = static_cast<float>(ValueAt(x, i) - zp) *
-                          static_cast<float>(ValueAt(scale, c));
+          const float v =
+              static_cast<float>(ValueAt(x, i) - zp) * static_cast<float>(ValueAt(scale, c));
           out[i] = FromDouble<T>(v);
         }
       }
@@ -266,8 +270,8 @@ absl::StatusOr<MatMulGeometry> MatMulShapes(const Shape& a, const Shape& b,
   g.k = ad.back();
   g.n = bd.back();
   if (bd[bd.size() - 2] != g.k) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": inner dimensions differ: A ",
-                                                   a.ToString(), ", B ", b.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": inner dimensions differ: A ", a.ToString(), ", B ", b.ToString()));
   }
   const size_t rank = std::max(ad.size(), bd.size());
   std::vector<int64_t> batch(rank - 2), sa(rank - 2, 0), sb(rank - 2, 0);
@@ -308,8 +312,8 @@ absl::StatusOr<MatMulGeometry> MatMulShapes(const Shape& a, const Shape& b,
 
 // acc[t, i, j] = sum_k (a[t, i, k] - a_zero[i]) * (b[t, k, j] - b_zero[j]) in int32. A zero
 // point is a scalar (per tensor), per row of A, or per column of B.
-void IntegerMatMul(const MatMulGeometry& g, const Tensor& a, const Tensor& b,
-                   const Tensor& a_zero, const Tensor& b_zero, int32_t* acc) {
+void IntegerMatMul(const MatMulGeometry& g, const Tensor& a, const Tensor& b, const Tensor& a_zero,
+                   const Tensor& b_zero, int32_t* acc) {
   auto zero = [](const Tensor& z, int64_t i) -> int32_t {
     if (!z.valid()) return 0;
     return static_cast<int32_t>(ValueAt(z, z.num_elements() == 1 ? 0 : i));
@@ -457,8 +461,8 @@ class QLinearMatMulKernel : public MathKernel {
     Tensor& y = ctx.outputs[0];
     VisitQuantized(y.dtype(), [&](auto tag) {
       using Q = decltype(tag);
-      Requantize<Q>(acc, y.num_elements(), static_cast<int64_t>(scales.size()), 1, scales,
-                    y_zero, y.data<Q>());
+      Requantize<Q>(acc, y.num_elements(), static_cast<int64_t>(scales.size()), 1, scales, y_zero,
+                    y.data<Q>());
     });
     return absl::OkStatus();
   }
@@ -504,8 +508,7 @@ absl::StatusOr<ConvGeometry> ResolveConv(const ir::Node& node, const Shape& x, c
   if (pads.empty()) pads.assign(2 * sd, 0);
   if (static_cast<int>(g.stride.size()) != sd || static_cast<int>(g.dilation.size()) != sd ||
       static_cast<int>(pads.size()) != 2 * sd) {
-    return fail("strides, dilations and pads must have ", sd, ", ", sd, " and ", 2 * sd,
-                " values");
+    return fail("strides, dilations and pads must have ", sd, ", ", sd, " and ", 2 * sd, " values");
   }
   const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
   Shape out;
@@ -558,9 +561,9 @@ void IntegerConv(const ConvGeometry& g, const Tensor& x, const Tensor& w, const 
   std::vector<int64_t> opos(sd), kpos(sd);
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t m = 0; m < g.m; ++m) {
-      const int32_t wz = w_zero.valid()
-                             ? static_cast<int32_t>(ValueAt(w_zero, w_zero.num_elements() == 1 ? 0 : m))
-                             : 0;
+      const int32_t wz =
+          w_zero.valid() ? static_cast<int32_t>(ValueAt(w_zero, w_zero.num_elements() == 1 ? 0 : m))
+                         : 0;
       const int64_t grp = m / mg;
       for (int64_t o = 0; o < out_size; ++o) {
         int64_t rem = o;
@@ -647,8 +650,8 @@ class QLinearConvKernel : public MathKernel {
     KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 2, xt, 1, "x_zero_point", where()));
     KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 5, wt, geometry_.m, "w_zero_point", where()));
     KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 7, yt, 1, "y_zero_point", where()));
-    if (Present(ctx, 8) && (ctx.inputs[8].dtype != DType::kInt32 ||
-                            ctx.inputs[8].shape != Shape({geometry_.m}))) {
+    if (Present(ctx, 8) &&
+        (ctx.inputs[8].dtype != DType::kInt32 || ctx.inputs[8].shape != Shape({geometry_.m}))) {
       return Error("'B' must be int32[", geometry_.m, "]");
     }
     ctx.SetNumOutputs(1);

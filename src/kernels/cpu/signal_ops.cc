@@ -28,20 +28,15 @@ using tensor_ops::FromDouble;
 using tensor_ops::ReadAsDouble;
 using tensor_ops::ReadScalarInt;
 
-// Calls fn(T{}) for every numeric dtype (window and mel outputs may be integers).
-template <typename Fn>
-void VisitOut(DType dtype, Fn&& fn) {
-  math::VisitNumeric(dtype, std::forward<Fn>(fn));
-}
-
 template <typename T>
 void StoreAll(const std::vector<double>& values, Tensor& out) {
   T* y = out.data<T>();
   for (size_t i = 0; i < values.size(); ++i) y[i] = FromDouble<T>(values[i]);
 }
 
+// Window and mel outputs may have any numeric output_datatype.
 void Store(const std::vector<double>& values, Tensor& out) {
-  VisitOut(out.dtype(), [&](auto tag) { StoreAll<decltype(tag)>(values, out); });
+  math::VisitNumeric(out.dtype(), [&](auto tag) { StoreAll<decltype(tag)>(values, out); });
 }
 
 // --- window functions ----------------------------------------------------------------------
@@ -55,8 +50,8 @@ class WindowKernel : public MathKernel {
       : MathKernel(node), kind_(kind), periodic_(node.GetInt("periodic", 1) != 0) {
     auto dtype = tensor_ops::DTypeFromOnnx(node.GetInt("output_datatype", 1));
     if (!dtype.ok() || !math::IsNumeric(*dtype)) {
-      SetAttrError(Error("output_datatype ", node.GetInt("output_datatype", 1),
-                         " is not a numeric type"));
+      SetAttrError(
+          Error("output_datatype ", node.GetInt("output_datatype", 1), " is not a numeric type"));
     } else {
       dtype_ = *dtype;
     }
@@ -89,9 +84,15 @@ class WindowKernel : public MathKernel {
     for (int64_t n = 0; n < size; ++n) {
       const double x = denom > 0 ? 2 * std::numbers::pi * n / denom : 0.0;
       switch (kind_) {
-        case Window::kHann: w[n] = 0.5 - 0.5 * std::cos(x); break;
-        case Window::kHamming: w[n] = 25.0 / 46.0 - 21.0 / 46.0 * std::cos(x); break;
-        case Window::kBlackman: w[n] = 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x); break;
+        case Window::kHann:
+          w[n] = 0.5 - 0.5 * std::cos(x);
+          break;
+        case Window::kHamming:
+          w[n] = 25.0 / 46.0 - 21.0 / 46.0 * std::cos(x);
+          break;
+        case Window::kBlackman:
+          w[n] = 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x);
+          break;
       }
     }
     Store(w, ctx.outputs[0]);
@@ -138,7 +139,8 @@ class MelWeightMatrixKernel : public MathKernel {
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = dtype_;
     if (ctx.inputs[0].constant != nullptr && ctx.inputs[1].constant != nullptr) {
-      KILN_ASSIGN_OR_RETURN(Shape shape, OutShape(*ctx.inputs[0].constant, *ctx.inputs[1].constant));
+      KILN_ASSIGN_OR_RETURN(Shape shape,
+                            OutShape(*ctx.inputs[0].constant, *ctx.inputs[1].constant));
       ctx.output_shapes[0] = shape;
     } else {
       ctx.output_dynamic[0] = true;
@@ -204,18 +206,17 @@ class MelWeightMatrixKernel : public MathKernel {
 
 // --- DFT / STFT ------------------------------------------------------------------------------
 
-// out[k] = sum_n in[n] * exp(-+2*pi*i*k*n/N) for k < out_bins; `in` has `count` complex
-// samples (zero beyond), read with `stride` complex elements between samples.
-void Transform(const double* re, const double* im, int64_t count, int64_t stride, int64_t n,
-               int64_t out_bins, bool inverse, double* out_re, double* out_im,
-               int64_t out_stride) {
+// out[k] = sum_t in[t] * exp(-+2*pi*i*k*t/n) for k < out_bins (divided by n when inverse);
+// `in` has `count` complex samples, zero beyond (count > n truncates).
+void Transform(const double* re, const double* im, int64_t count, int64_t n, int64_t out_bins,
+               bool inverse, double* out_re, double* out_im) {
   const double sign = inverse ? 1.0 : -1.0;
   for (int64_t k = 0; k < out_bins; ++k) {
     double sr = 0, si = 0;
     for (int64_t t = 0; t < std::min(count, n); ++t) {
       const double angle = sign * 2 * std::numbers::pi * static_cast<double>((k * t) % n) / n;
       const double c = std::cos(angle), s = std::sin(angle);
-      const double xr = re[t * stride], xi = im[t * stride];
+      const double xr = re[t], xi = im[t];
       sr += xr * c - xi * s;
       si += xr * s + xi * c;
     }
@@ -223,8 +224,8 @@ void Transform(const double* re, const double* im, int64_t count, int64_t stride
       sr /= n;
       si /= n;
     }
-    out_re[k * out_stride] = sr;
-    out_im[k * out_stride] = si;
+    out_re[k] = sr;
+    out_im[k] = si;
   }
 }
 
@@ -250,7 +251,8 @@ class DftKernel : public MathKernel {
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;
     if (!Present(ctx, 1) || ctx.inputs[1].constant != nullptr) {
-      KILN_ASSIGN_OR_RETURN(Shape out, OutShape(s, Present(ctx, 1) ? ctx.inputs[1].constant : nullptr));
+      KILN_ASSIGN_OR_RETURN(Shape out,
+                            OutShape(s, Present(ctx, 1) ? ctx.inputs[1].constant : nullptr));
       ctx.output_shapes[0] = out;
     } else {
       ctx.output_dynamic[0] = true;
@@ -286,7 +288,7 @@ class DftKernel : public MathKernel {
               re[t] = AsDouble(in[idx]);
               im[t] = complex_in ? AsDouble(in[idx + 1]) : 0.0;
             }
-            Transform(re.data(), im.data(), in_n, 1, n, bins, inverse_, ore.data(), oim.data(), 1);
+            Transform(re.data(), im.data(), in_n, n, bins, inverse_, ore.data(), oim.data());
             for (int64_t k = 0; k < bins; ++k) {
               const int64_t idx = ((o * bins + k) * inner + j) * 2;
               y[idx] = FromDouble<T>(ore[k]);
@@ -351,9 +353,9 @@ class StftKernel : public MathKernel {
                        (!Present(ctx, 3) || ctx.inputs[3].constant != nullptr);
     if (known) {
       KILN_ASSIGN_OR_RETURN(
-          Geometry g, Resolve(s, *ctx.inputs[1].constant,
-                              Present(ctx, 2) ? ctx.inputs[2].shape[0] : -1,
-                              Present(ctx, 3) ? ctx.inputs[3].constant : nullptr));
+          Geometry g,
+          Resolve(s, *ctx.inputs[1].constant, Present(ctx, 2) ? ctx.inputs[2].shape[0] : -1,
+                  Present(ctx, 3) ? ctx.inputs[3].constant : nullptr));
       ctx.output_shapes[0] = g.out;
     } else {
       ctx.output_dynamic[0] = true;
@@ -365,9 +367,9 @@ class StftKernel : public MathKernel {
     const Tensor& x = ctx.inputs[0];
     const Tensor& window = math::InputOrEmpty(ctx, 2);
     const Tensor& length_t = math::InputOrEmpty(ctx, 3);
-    KILN_ASSIGN_OR_RETURN(Geometry g, Resolve(x.shape(), ctx.inputs[1],
-                                              window.valid() ? window.dim(0) : -1,
-                                              length_t.valid() ? &length_t : nullptr));
+    KILN_ASSIGN_OR_RETURN(Geometry g,
+                          Resolve(x.shape(), ctx.inputs[1], window.valid() ? window.dim(0) : -1,
+                                  length_t.valid() ? &length_t : nullptr));
     if (!ctx.outputs[0].valid()) ctx.Allocate(0, x.dtype(), g.out);
     const int64_t batch = x.dim(0), length = x.dim(1), channels = x.dim(2);
     const int64_t frames = g.out[1], bins = g.out[2];
@@ -385,8 +387,8 @@ class StftKernel : public MathKernel {
               re[t] = AsDouble(in[idx]) * w;
               im[t] = channels == 2 ? AsDouble(in[idx + 1]) * w : 0.0;
             }
-            Transform(re.data(), im.data(), g.frame_length, 1, g.frame_length, bins, false,
-                      ore.data(), oim.data(), 1);
+            Transform(re.data(), im.data(), g.frame_length, g.frame_length, bins, false, ore.data(),
+                      oim.data());
             for (int64_t k = 0; k < bins; ++k) {
               const int64_t idx = ((b * frames + f) * bins + k) * 2;
               y[idx] = FromDouble<T>(ore[k]);
@@ -414,8 +416,7 @@ class StftKernel : public MathKernel {
     if (length_t != nullptr) {
       KILN_ASSIGN_OR_RETURN(g.frame_length, ReadScalarInt(*length_t, "frame_length"));
       if (window_length >= 0 && window_length != g.frame_length) {
-        return Error("window has ", window_length, " values but frame_length is ",
-                     g.frame_length);
+        return Error("window has ", window_length, " values but frame_length is ", g.frame_length);
       }
     }
     if (g.frame_length <= 0 || g.frame_length > s[1]) {
@@ -431,18 +432,18 @@ class StftKernel : public MathKernel {
   bool onesided_;
 };
 
-KILN_REGISTER_KERNEL("", "HannWindow", [](const ir::Node& node)
-                                           -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kHann));
-});
-KILN_REGISTER_KERNEL("", "HammingWindow", [](const ir::Node& node)
-                                              -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kHamming));
-});
-KILN_REGISTER_KERNEL("", "BlackmanWindow", [](const ir::Node& node)
-                                               -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kBlackman));
-});
+KILN_REGISTER_KERNEL("", "HannWindow",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kHann));
+                     });
+KILN_REGISTER_KERNEL("", "HammingWindow",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kHamming));
+                     });
+KILN_REGISTER_KERNEL("", "BlackmanWindow",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new WindowKernel(node, Window::kBlackman));
+                     });
 KILN_REGISTER_KERNEL_CLASS("", "MelWeightMatrix", MelWeightMatrixKernel);
 KILN_REGISTER_KERNEL_CLASS("", "DFT", DftKernel);
 KILN_REGISTER_KERNEL_CLASS("", "STFT", StftKernel);

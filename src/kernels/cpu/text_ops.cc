@@ -60,7 +60,7 @@ class TfIdfVectorizerKernel : public MathKernel {
         }
         weight_of_slot_[indexes[ngram]] =
             weights_.empty() || ngram >= static_cast<int64_t>(weights_.size()) ? 1.f
-                                                                                : weights_[ngram];
+                                                                               : weights_[ngram];
       }
     }
     for (int64_t i : indexes) width_ = std::max(width_, i + 1);
@@ -72,7 +72,8 @@ class TfIdfVectorizerKernel : public MathKernel {
       return Error("'X' must be int32 or int64 token ids");
     }
     const Shape& s = ctx.inputs[0].shape;
-    if (s.rank() != 1 && s.rank() != 2) return Error("'X' must be [C] or [N, C], got ", s.ToString());
+    if (s.rank() != 1 && s.rank() != 2)
+      return Error("'X' must be [C] or [N, C], got ", s.ToString());
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = s.rank() == 1 ? Shape({width_}) : Shape({s[0], width_});

@@ -25,11 +25,20 @@ using tensor_ops::ReadAsDouble;
 template <typename Fn>
 void VisitFloat(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: fn(float{}); break;
-    case DType::kFloat64: fn(double{}); break;
-    case DType::kFloat16: fn(Float16{}); break;
-    case DType::kBFloat16: fn(BFloat16{}); break;
-    default: break;
+    case DType::kFloat32:
+      fn(float{});
+      break;
+    case DType::kFloat64:
+      fn(double{});
+      break;
+    case DType::kFloat16:
+      fn(Float16{});
+      break;
+    case DType::kBFloat16:
+      fn(BFloat16{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -121,8 +130,8 @@ class NonMaxSuppressionKernel : public MathKernel {
         }
       }
     }
-    Tensor& out = ctx.Allocate(0, DType::kInt64,
-                               Shape({static_cast<int64_t>(selected_rows.size() / 3), 3}));
+    Tensor& out =
+        ctx.Allocate(0, DType::kInt64, Shape({static_cast<int64_t>(selected_rows.size() / 3), 3}));
     std::copy(selected_rows.begin(), selected_rows.end(), out.data<int64_t>());
     return absl::OkStatus();
   }
@@ -177,8 +186,7 @@ class RoiAlignKernel : public MathKernel {
     const Shape& x = ctx.inputs[0].shape;
     const Shape& rois = ctx.inputs[1].shape;
     const Shape& idx = ctx.inputs[2].shape;
-    if (x.rank() != 4 || rois.rank() != 2 || rois[1] != 4 || idx.rank() != 1 ||
-        idx[0] != rois[0]) {
+    if (x.rank() != 4 || rois.rank() != 2 || rois[1] != 4 || idx.rank() != 1 || idx[0] != rois[0]) {
       return Error("expects X [N, C, H, W], rois [R, 4], batch_indices [R]; got ", x.ToString(),
                    ", ", rois.ToString(), ", ", idx.ToString());
     }
@@ -530,7 +538,8 @@ class MaxUnpoolKernel : public MathKernel {
  private:
   absl::StatusOr<Shape> OutShape(const Tensor* shape_t) const {
     if (shape_t == nullptr) return pooled_from_;
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims, tensor_ops::ReadInts(*shape_t, "output_shape"));
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dims,
+                          tensor_ops::ReadInts(*shape_t, "output_shape"));
     if (static_cast<int>(dims.size()) != pooled_from_.rank()) {
       return Error("output_shape has ", dims.size(), " values for rank ", pooled_from_.rank());
     }
