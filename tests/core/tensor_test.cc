@@ -51,7 +51,7 @@ TEST(TensorTest, StringTensorsOwnTheirStrings) {
 TEST(TensorTest, LargeBuffersAreReusedAndZeroedWhenAsked) {
   // A batch of 64 images of 224x224x3 floats: freed and allocated again every step.
   const Shape batch{64, 224, 224, 3};
-  void* first = nullptr;
+  [[maybe_unused]] void* first = nullptr;
   {
     Tensor t(DType::kFloat32, batch);
     first = t.raw_data();

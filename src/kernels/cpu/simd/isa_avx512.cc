@@ -9,6 +9,10 @@
 
 #include "kernels/cpu/simd/ops.h"
 
+#if defined(__clang__)
+// Clang has no target pragma; the attribute is applied to every function up to the pop.
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
 // GCC 12 warns about its own _mm512_undefined_* helpers and about the (internal) ABI of
@@ -16,6 +20,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace kiln::kernels::simd {
 namespace avx512 {
@@ -27,8 +32,12 @@ namespace {
 }  // namespace avx512
 }  // namespace kiln::kernels::simd
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif
 
 namespace kiln::kernels::simd {
 
