@@ -10,8 +10,9 @@
 //     the list only shrinks);
 //   - the pass rate over the counted cases is at least kMinPassRate.
 // Excluded from the count (and listed in the table): training-only operators
-// (ai.onnx.preview.training), string tensors, and random-number operators whose reference
-// outputs are one particular random draw.
+// (ai.onnx.preview.training) and training-mode Dropout/BatchNormalization, string tensors and
+// string operators. Random-number operators stay in the count as unsupported: their
+// reference outputs are one particular draw of NumPy's generator, which no kernel can match.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -51,7 +52,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Lowest acceptable pass rate (passed / counted cases). Raised as kernels land.
-constexpr double kMinPassRate = 0.96;
+constexpr double kMinPassRate = 0.95;
 
 // Cases expected to fail although every operator they use has a kernel, with the reason.
 const std::map<std::string, std::string>& KnownFailures() {
@@ -280,11 +281,6 @@ CaseResult RunCase(const fs::path& dir) {
       result.detail = "training";
       return result;
     }
-    if (RandomOps().count(op)) {
-      result.outcome = Outcome::kExcluded;
-      result.detail = "random";
-      return result;
-    }
     if (StringOps().count(op)) {
       result.outcome = Outcome::kExcluded;
       result.detail = "string";
@@ -300,6 +296,13 @@ CaseResult RunCase(const fs::path& dir) {
     result.outcome = Outcome::kExcluded;
     result.detail = "training";
     return result;
+  }
+  for (const auto& [domain, op] : ops) {
+    if (RandomOps().count(op)) {
+      result.outcome = Outcome::kUnsupported;
+      result.blockers = {absl::StrCat("<random: ", op, ", reference is one NumPy draw>")};
+      return result;
+    }
   }
   if (HasNonTensorType(proto.graph())) {
     result.outcome = Outcome::kUnsupported;
