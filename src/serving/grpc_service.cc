@@ -13,8 +13,7 @@ using namespace tensorflow::serving;  // NOLINT: the service's message types
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 absl::StatusOr<ModelSpecRef> SpecFromProto(const ModelSpec& spec) {
@@ -51,6 +50,7 @@ void PredictionServiceImpl::Record(const std::string& model, const char* api,
 
 grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictRequest* request,
                                             PredictResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   const absl::Status status = [&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
@@ -60,9 +60,9 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
     }
     std::vector<std::string> filter(request->output_filter().begin(),
                                     request->output_filter().end());
-    KILN_ASSIGN_OR_RETURN(PredictResult result,
-                          RunPredict(*servable, request->model_spec().signature_name(),
-                                     std::move(inputs), filter));
+    KILN_ASSIGN_OR_RETURN(
+        PredictResult result,
+        RunPredict(*servable, request->model_spec().signature_name(), std::move(inputs), filter));
     for (const std::string& key : result.output_order) {
       TensorToProto(result.outputs.at(key), &(*response->mutable_outputs())[key]);
     }
@@ -76,12 +76,13 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
 grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
                                              const ClassificationRequest* request,
                                              ClassificationResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   const absl::Status status = [&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
-    KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
-                          RunClassify(*servable, request->model_spec().signature_name(),
-                                      request->input()));
+    KILN_ASSIGN_OR_RETURN(
+        *response->mutable_result(),
+        RunClassify(*servable, request->model_spec().signature_name(), request->input()));
     const std::string& name = request->model_spec().signature_name();
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
@@ -90,15 +91,15 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
   return ToGrpcStatus(status);
 }
 
-grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*,
-                                            const RegressionRequest* request,
+grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const RegressionRequest* request,
                                             RegressionResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   const absl::Status status = [&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
-    KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
-                          RunRegress(*servable, request->model_spec().signature_name(),
-                                     request->input()));
+    KILN_ASSIGN_OR_RETURN(
+        *response->mutable_result(),
+        RunRegress(*servable, request->model_spec().signature_name(), request->input()));
     const std::string& name = request->model_spec().signature_name();
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
@@ -110,6 +111,7 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*,
 grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
                                                    const MultiInferenceRequest* request,
                                                    MultiInferenceResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   std::string model;
   const absl::Status status = [&]() -> absl::Status {
@@ -126,6 +128,7 @@ grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
 grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
                                                      const GetModelMetadataRequest* request,
                                                      GetModelMetadataResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const absl::Status status = [&]() -> absl::Status {
     if (request->metadata_field().empty()) {
       return absl::InvalidArgumentError(
@@ -165,6 +168,7 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
 grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
                                               const GetModelStatusRequest* request,
                                               GetModelStatusResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const absl::Status status = [&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(ModelSpecRef ref, SpecFromProto(request->model_spec()));
     std::optional<int64_t> version = ref.version;
@@ -188,6 +192,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
 grpc::Status ModelServiceImpl::HandleReloadConfigRequest(grpc::ServerContext*,
                                                          const ReloadConfigRequest* request,
                                                          ReloadConfigResponse* response) {
+  RpcCounter::Scope rpc(counter_);
   const absl::Status status = core_->ReloadConfig(request->config());
   response->mutable_status()->set_error_code(static_cast<int>(status.code()));
   response->mutable_status()->set_error_message(std::string(status.message()));

@@ -1,5 +1,6 @@
 #include "kiln/serving/server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
@@ -140,8 +141,9 @@ int RunServer(const ServeFlags& flags) {
   if (!core_or.ok()) return Fail(core_or.status());
   std::unique_ptr<ServerCore> core = std::move(*core_or);
 
-  PredictionServiceImpl prediction_service(core.get(), &metrics);
-  ModelServiceImpl model_service(core.get());
+  RpcCounter rpc_counter;
+  PredictionServiceImpl prediction_service(core.get(), &metrics, &rpc_counter);
+  ModelServiceImpl model_service(core.get(), &rpc_counter);
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   builder.AddListeningPort(absl::StrCat(flags.grpc_address, ":", flags.port),
@@ -159,8 +161,8 @@ int RunServer(const ServeFlags& flags) {
     quota.SetMaxThreads(flags.grpc_max_threads);
     builder.SetResourceQuota(quota);
   }
-  for (absl::string_view argument : absl::StrSplit(flags.grpc_channel_arguments, ',',
-                                                    absl::SkipEmpty())) {
+  for (absl::string_view argument :
+       absl::StrSplit(flags.grpc_channel_arguments, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(argument, absl::MaxSplits('=', 1));
     int numeric;
     if (absl::SimpleAtoi(kv.second, &numeric)) {
@@ -188,17 +190,16 @@ int RunServer(const ServeFlags& flags) {
                                    : 4 * std::max(1u, std::thread::hardware_concurrency());
     http_options.timeout_ms = flags.rest_api_timeout_in_ms;
     http_options.max_body_bytes = static_cast<size_t>(flags.rest_api_max_body_bytes);
-    auto started = HttpServer::Start(
-        http_options, [&rest_handler](const HttpRequest& request) {
-          return rest_handler.Handle(request);
-        });
+    auto started = HttpServer::Start(http_options, [&rest_handler](const HttpRequest& request) {
+      return rest_handler.Handle(request);
+    });
     if (!started.ok()) {
       grpc_server->Shutdown();
       return Fail(started.status());
     }
     http_server = std::move(*started);
-    std::fprintf(stderr, "Exporting HTTP/REST API at:%s:%d ...\n",
-                 flags.rest_api_address.c_str(), http_server->port());
+    std::fprintf(stderr, "Exporting HTTP/REST API at:%s:%d ...\n", flags.rest_api_address.c_str(),
+                 http_server->port());
   }
 
   // --model_config_file_poll_wait_seconds: re-read the config and apply it when it changed.
@@ -235,11 +236,31 @@ int RunServer(const ServeFlags& flags) {
   config_cv.notify_all();
   if (config_thread.joinable()) config_thread.join();
   // Both front ends stop accepting at once, then let what is in flight finish.
+  const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  std::atomic<bool> grpc_stopped{false};
   std::thread grpc_stopper([&] {
-    grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc_server->Shutdown(grace);
+    grpc_stopped = true;
+  });
+  // gRPC's shutdown also waits for every client connection to go away after its GOAWAY, and
+  // an idle client channel only notices that at its next poll (5 s by default). Once no RPC
+  // has been running for a moment, drop those connections: nothing is in flight on them.
+  std::thread idle_closer([&] {
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (!grpc_stopped.load() && std::chrono::system_clock::now() < grace) {
+      const auto now = std::chrono::steady_clock::now();
+      if (rpc_counter.active() > 0) {
+        quiet_since = now;
+      } else if (now - quiet_since >= std::chrono::milliseconds(200)) {
+        grpc_server_cancel_all_calls(grpc_server->c_server());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   });
   if (http_server != nullptr) http_server->Shutdown(10000);
   grpc_stopper.join();
+  idle_closer.join();
   core->Stop();
   std::fprintf(stderr, "kiln serve: stopped\n");
   return 0;

@@ -35,9 +35,7 @@ class ServerProcess {
   // when the process exited or `timeout_s` passed.
   bool WaitUntilServing(double timeout_s = 60);
   // SIGTERM, then waits for the exit code (-1 on timeout, after which it is killed).
-  // The server's graceful shutdown waits for its gRPC clients to close their connections; an
-  // idle client channel sees the server's GOAWAY only at its backup poll (5 s), so tests drop
-  // their stubs before this to stay fast.
+  // Tests close their gRPC stubs first anyway, so that a slow shutdown shows in their times.
   int Terminate(double timeout_s = 20);
   // Sends `signal_number` without waiting (see WaitForExit).
   void Signal(int signal_number);

@@ -220,6 +220,15 @@ TEST(ServeModelsE2ETest, SigtermStopsAcceptingAndFinishesRequestsInFlight) {
       }
     });
   }
+  // A client with a connected, idle channel (TF Serving clients keep theirs open).
+  auto idle_stub = server.ModelStub();
+  {
+    tensorflow::serving::GetModelStatusRequest status_request;
+    status_request.mutable_model_spec()->set_name("half_plus_two");
+    tensorflow::serving::GetModelStatusResponse status_response;
+    grpc::ClientContext status_context;
+    ASSERT_TRUE(idle_stub->GetModelStatus(&status_context, status_request, &status_response).ok());
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto signalled = std::chrono::steady_clock::now();
   server.Signal(SIGTERM);
@@ -241,6 +250,9 @@ TEST(ServeModelsE2ETest, SigtermStopsAcceptingAndFinishesRequestsInFlight) {
   EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::milliseconds(1000))
       << "a new gRPC request waited for the requests in flight";
   EXPECT_EQ(server.WaitForExit(), 0) << server.Log();
+  // The batch ends 1.5 s after it started; the idle connection must not hold the exit until
+  // its client happens to poll (5 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::milliseconds(4000));
   for (auto& client : clients) client.join();
   EXPECT_EQ(ok.load(), 4) << server.Log();
 }

@@ -2,6 +2,8 @@
 // ServerCore, so that unchanged TF Serving clients work.
 #pragma once
 
+#include <atomic>
+
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/server_core.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -12,10 +14,35 @@ namespace kiln::serving {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::StatusOr<ModelSpecRef> SpecFromProto(const tensorflow::serving::ModelSpec& spec);
 
+// Counts the RPCs whose handlers are running. At shutdown, once none has run for a while, the
+// server can drop the idle client connections instead of waiting for the clients to notice its
+// GOAWAY (an idle gRPC client channel only polls every few seconds).
+class RpcCounter {
+ public:
+  class Scope {
+   public:
+    explicit Scope(RpcCounter* counter) : counter_(counter) {
+      if (counter_ != nullptr) counter_->active_.fetch_add(1);
+    }
+    ~Scope() {
+      if (counter_ != nullptr) counter_->active_.fetch_sub(1);
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    RpcCounter* const counter_;
+  };
+  int active() const { return active_.load(); }
+
+ private:
+  std::atomic<int> active_{0};
+};
+
 class PredictionServiceImpl final : public tensorflow::serving::PredictionService::Service {
  public:
-  PredictionServiceImpl(ServerCore* core, ServingMetrics* metrics)
-      : core_(core), metrics_(metrics) {}
+  PredictionServiceImpl(ServerCore* core, ServingMetrics* metrics, RpcCounter* counter = nullptr)
+      : core_(core), metrics_(metrics), counter_(counter) {}
 
   grpc::Status Predict(grpc::ServerContext* context,
                        const tensorflow::serving::PredictRequest* request,
@@ -38,11 +65,13 @@ class PredictionServiceImpl final : public tensorflow::serving::PredictionServic
               int64_t start_ns);
   ServerCore* const core_;
   ServingMetrics* const metrics_;
+  RpcCounter* const counter_;
 };
 
 class ModelServiceImpl final : public tensorflow::serving::ModelService::Service {
  public:
-  explicit ModelServiceImpl(ServerCore* core) : core_(core) {}
+  explicit ModelServiceImpl(ServerCore* core, RpcCounter* counter = nullptr)
+      : core_(core), counter_(counter) {}
 
   grpc::Status GetModelStatus(grpc::ServerContext* context,
                               const tensorflow::serving::GetModelStatusRequest* request,
@@ -53,6 +82,7 @@ class ModelServiceImpl final : public tensorflow::serving::ModelService::Service
 
  private:
   ServerCore* const core_;
+  RpcCounter* const counter_;
 };
 
 }  // namespace kiln::serving
