@@ -9,7 +9,9 @@
 # (cd bench/peers && npm install --ignore-scripts onnxruntime-node@1.30.0).
 # Writes OUTDIR/models/*.onnx, OUTDIR/raw.jsonl (every measurement), OUTDIR/summary.json and
 # prints a table. Env: MODELS (default "resnet18 mobilenet_v2 bert4 dlrm"), SECONDS_PER (2),
-# THREADS (2), RUNTIMES (default "kiln ort torch").
+# THREADS (2), RUNTIMES (default "kiln ort torch"). Each figure is the median over rounds of
+# one process's p50 / items/s (>= 10 timed runs and SECONDS_PER seconds; PyTorch >= 3 runs, as
+# Debian's build does BERT-4 at batch 32 in ~16 s a run).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${1:?usage: run_runtime_peers.sh OUTDIR [ROUNDS]}"
@@ -57,7 +59,7 @@ for round in $(seq 1 "$ROUNDS"); do
         ort) record ort "$model" "$round" node "$ROOT/bench/peers/ort_bench.js" "$onnx" \
                --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
         torch) record torch "$model" "$round" $PY "$ROOT/bench/peers/torch_bench.py" "$onnx" \
-                 --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
+                 --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" --min_runs 3 ;;
       esac
     done
   done

@@ -46,6 +46,8 @@ def main():
     parser.add_argument("--batch", default="1")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--min_runs", type=int, default=10,
+                        help="timed runs at least, even past --seconds")
     args = parser.parse_args()
     name = os.path.splitext(os.path.basename(args.model))[0]
     if name not in MODELS:
@@ -63,7 +65,7 @@ def main():
             end = start + args.seconds
             while True:
                 t0 = time.perf_counter()
-                if len(ms) >= 10 and t0 >= end:
+                if len(ms) >= args.min_runs and t0 >= end:
                     break
                 model(*inputs)
                 ms.append((time.perf_counter() - t0) * 1e3)

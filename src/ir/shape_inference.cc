@@ -266,6 +266,109 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
       }
       out[0] = o;
     };
+    // Pooling: [N, C, spatial...] with ONNX's size formula (ceil_mode included); without
+    // these, nothing after a CNN's first MaxPool had a shape, and residual Adds never fused.
+    Rule pool = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* x = InputType(g, n, 0);
+      if (!x || !x->rank_known || x->rank() < 3) return;
+      const int spatial = x->rank() - 2;
+      const std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+      const std::vector<int64_t> strides = n.GetInts("strides", std::vector<int64_t>(spatial, 1));
+      const std::vector<int64_t> dil = n.GetInts("dilations", std::vector<int64_t>(spatial, 1));
+      const std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
+      const std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+      const bool ceil_mode = n.GetInt("ceil_mode", 0) != 0;
+      if (kernel.size() != static_cast<size_t>(spatial) ||
+          strides.size() != static_cast<size_t>(spatial) ||
+          dil.size() != static_cast<size_t>(spatial) ||
+          pads.size() != static_cast<size_t>(2 * spatial)) {
+        return;
+      }
+      TensorType t{x->dtype, true, {x->dims[0], x->dims[1]}};
+      for (int i = 0; i < spatial; ++i) {
+        const Dim& in = x->dims[2 + i];
+        if (!in.is_known() || strides[i] < 1) {
+          t.dims.push_back(Dim::Unknown());
+          continue;
+        }
+        const int64_t k_eff = (kernel[i] - 1) * dil[i] + 1;
+        int64_t o;
+        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+          o = (in.value + strides[i] - 1) / strides[i];
+        } else if (auto_pad == "VALID") {
+          o = (in.value - k_eff) / strides[i] + 1;
+        } else {
+          const int64_t span = in.value + pads[i] + pads[spatial + i] - k_eff;
+          o = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+          if (ceil_mode && (o - 1) * strides[i] >= in.value + pads[i]) --o;
+        }
+        t.dims.push_back(o > 0 ? Dim::Known(o) : Dim::Unknown());
+      }
+      out[0] = t;
+      if (out.size() > 1) {
+        out[1] = t;
+        out[1].dtype = DType::kInt64;
+      }
+    };
+    for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) (*r)[op] = pool;
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) {
+      (*r)[op] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+        const TensorType* x = InputType(g, n, 0);
+        if (!x || !x->rank_known || x->rank() < 3) return;
+        TensorType t{x->dtype, true, {x->dims[0], x->dims[1]}};
+        for (int i = 2; i < x->rank(); ++i) t.dims.push_back(Dim::Known(1));
+        out[0] = t;
+      };
+    }
+    (*r)["Gather"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* data = InputType(g, n, 0);
+      const TensorType* indices = InputType(g, n, 1);
+      if (!data) return;
+      if (!indices || !data->rank_known || !indices->rank_known || data->rank() < 1) {
+        out[0] = TensorType::UnknownRank(data->dtype);
+        return;
+      }
+      int64_t axis = n.GetInt("axis", 0);
+      if (axis < 0) axis += data->rank();
+      if (axis < 0 || axis >= data->rank()) return;
+      TensorType t{data->dtype, true, {data->dims.begin(), data->dims.begin() + axis}};
+      t.dims.insert(t.dims.end(), indices->dims.begin(), indices->dims.end());
+      t.dims.insert(t.dims.end(), data->dims.begin() + axis + 1, data->dims.end());
+      out[0] = t;
+    };
+    (*r)["Flatten"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
+      const TensorType* x = InputType(g, n, 0);
+      if (!x) return;
+      out[0] = TensorType{x->dtype, true, {Dim::Unknown(), Dim::Unknown()}};
+      if (!x->rank_known) return;
+      int64_t axis = n.GetInt("axis", 1);
+      if (axis < 0) axis += x->rank();
+      if (axis < 0 || axis > x->rank()) return;
+      for (int part = 0; part < 2; ++part) {
+        int64_t product = 1;
+        const int begin = part == 0 ? 0 : static_cast<int>(axis);
+        const int end = part == 0 ? static_cast<int>(axis) : x->rank();
+        for (int i = begin; i < end && product >= 0; ++i) {
+          product = x->dims[i].is_known() ? product * x->dims[i].value : -1;
+        }
+        // A single symbolic dimension passes through unchanged (the batch of [N, C, 1, 1]).
+        if (product < 0 && end - begin >= 1) {
+          int symbolic = -1, unknown = 0;
+          int64_t rest = 1;
+          for (int i = begin; i < end; ++i) {
+            if (x->dims[i].is_known()) {
+              rest *= x->dims[i].value;
+            } else {
+              ++unknown;
+              symbolic = i;
+            }
+          }
+          if (unknown == 1 && rest == 1) out[0].dims[part] = x->dims[symbolic];
+          continue;
+        }
+        out[0].dims[part] = Dim::Known(product);
+      }
+    };
     (*r)["Cast"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
       const TensorType* t = InputType(g, n, 0);
       if (!t || !n.HasAttr("to")) return;

@@ -333,32 +333,50 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     if (!is_square || view.Reads(sub->outputs[0]) != (Is(sq, "Mul") ? 3 : 2)) continue;
     const std::optional<int64_t> a1 = SingleAxis(view, *mean), a2 = SingleAxis(view, *var);
     const ir::TensorType& xt = g.value(x).type;
-    if (!a1 || !a2 || !xt.rank_known || xt.dtype != DType::kFloat32) continue;
-    const int64_t rank = xt.rank();
-    const int64_t axis = *a1 < 0 ? *a1 + rank : *a1;
-    if (axis != rank - 1 || (*a2 < 0 ? *a2 + rank : *a2) != axis || !xt.dims[axis].is_known()) continue;
-    const int64_t width = xt.dims[axis].value;
+    // x's type may be unknown where shape inference has no rule for its producer (an
+    // embedding Gather in BERT): axes [-1] still name the last axis, and the width then comes
+    // from the gamma constant. The kernel checks the dtype and width when the plan is built.
+    if (!a1 || !a2 || (xt.dtype != DType::kFloat32 && xt.dtype != DType::kInvalid)) continue;
+    int64_t width = -1;
+    if (xt.rank_known) {
+      const int64_t rank = xt.rank();
+      const int64_t axis = *a1 < 0 ? *a1 + rank : *a1;
+      if (axis != rank - 1 || (*a2 < 0 ? *a2 + rank : *a2) != axis) continue;
+      if (xt.dims[axis].is_known()) width = xt.dims[axis].value;
+    } else if (*a1 != -1 || *a2 != -1) {
+      continue;
+    }
     std::vector<Node*> chain = {mean, sub, sq, var, add_eps, sqrt, &div};
     ValueId out = div.outputs[0];
+    Node* affine_mul = nullptr;
+    const Tensor* gamma_value = nullptr;
+    if (Node* mul = view.SoleConsumer(out); Is(mul, "Mul")) {
+      const ValueId c = mul->inputs[0] == out ? mul->inputs[1] : mul->inputs[0];
+      const Tensor* t = view.Constant(c);
+      if (t && t->dtype() == DType::kFloat32 && t->shape().rank() == 1 &&
+          (width < 0 || t->num_elements() == width)) {
+        affine_mul = mul;
+        gamma_value = t;
+        width = t->num_elements();
+      }
+    }
+    if (width < 1) continue;
     Tensor gamma = Tensor::Zeros(DType::kFloat32, Shape{width});
     for (float& v : gamma.span<float>()) v = 1.0f;
     Tensor beta = Tensor::Zeros(DType::kFloat32, Shape{width});
     // Optional affine tail: * gamma, + beta (constants over the last axis).
-    if (Node* mul = view.SoleConsumer(out); Is(mul, "Mul")) {
-      const ValueId c = mul->inputs[0] == out ? mul->inputs[1] : mul->inputs[0];
-      const Tensor* t = view.Constant(c);
-      if (t && t->dtype() == DType::kFloat32 && t->num_elements() == width) {
-        gamma = *t->Reshape(Shape{width});
-        chain.push_back(mul);
-        out = mul->outputs[0];
-        if (Node* add = view.SoleConsumer(out); Is(add, "Add")) {
-          const ValueId cb = add->inputs[0] == out ? add->inputs[1] : add->inputs[0];
-          const Tensor* tb = view.Constant(cb);
-          if (tb && tb->dtype() == DType::kFloat32 && tb->num_elements() == width) {
-            beta = *tb->Reshape(Shape{width});
-            chain.push_back(add);
-            out = add->outputs[0];
-          }
+    if (affine_mul != nullptr) {
+      gamma = *gamma_value->Reshape(Shape{width});
+      chain.push_back(affine_mul);
+      out = affine_mul->outputs[0];
+      if (Node* add = view.SoleConsumer(out); Is(add, "Add")) {
+        const ValueId cb = add->inputs[0] == out ? add->inputs[1] : add->inputs[0];
+        const Tensor* tb = view.Constant(cb);
+        if (tb && tb->dtype() == DType::kFloat32 && tb->num_elements() == width &&
+            (xt.rank_known || tb->shape().rank() == 1)) {
+          beta = *tb->Reshape(Shape{width});
+          chain.push_back(add);
+          out = add->outputs[0];
         }
       }
     }

@@ -5,6 +5,7 @@
 // Pooling is a small share of any network's time, so these are direct loops over the output
 // (parallel over N*C planes) rather than oneDNN primitives, which lets one implementation
 // honour every attribute.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -16,6 +17,49 @@ namespace kiln::kernels::nn {
 namespace {
 
 enum class PoolKind { kMax, kAverage, kLp };
+
+// Max or mean of a contiguous plane (GlobalMaxPool / GlobalAveragePool), in 8 lanes so the
+// compiler vectorizes it.
+float GlobalReduce(const float* x, int64_t n, bool max) {
+  float lanes[8];
+  int64_t i = 0;
+  for (int l = 0; l < 8; ++l) lanes[l] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] = max ? std::max(lanes[l], x[i + l]) : lanes[l] + x[i + l];
+  }
+  float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+  for (int l = 0; l < 8; ++l) acc = max ? std::max(acc, lanes[l]) : acc + lanes[l];
+  for (; i < n; ++i) acc = max ? std::max(acc, x[i]) : acc + x[i];
+  return max ? acc : acc / static_cast<float>(n);
+}
+
+// One plane of 2-D max or average pooling (no dilation, no indices; average divides by the
+// window clipped to the input, i.e. count_include_pad=0). Windows are clipped once per output
+// row and column instead of testing every tap, as the generic loop nest does (which made
+// ResNet-18's one MaxPool cost as much as several of its convolutions).
+void Pool2D(const float* in, float* out, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
+            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool max) {
+  for (int64_t y = 0; y < oh; ++y) {
+    const int64_t h0 = std::max<int64_t>(0, y * sh - ph);
+    const int64_t h1 = std::min<int64_t>(ih, y * sh - ph + kh);
+    float* out_row = out + y * ow;
+    for (int64_t x = 0; x < ow; ++x) {
+      const int64_t w0 = std::max<int64_t>(0, x * sw - pw);
+      const int64_t w1 = std::min<int64_t>(iw, x * sw - pw + kw);
+      float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+      for (int64_t h = h0; h < h1; ++h) {
+        const float* row = in + h * iw;
+        if (max) {
+          for (int64_t w = w0; w < w1; ++w) acc = std::max(acc, row[w]);
+        } else {
+          for (int64_t w = w0; w < w1; ++w) acc += row[w];
+        }
+      }
+      const int64_t count = (h1 - h0) * (w1 - w0);
+      out_row[x] = max ? acc : (count > 0 ? acc / static_cast<float>(count) : 0.0f);
+    }
+  }
+}
 
 class PoolKernel : public OpKernel {
  public:
@@ -134,6 +178,26 @@ class PoolKernel : public OpKernel {
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
+    if (indices == nullptr && kind_ != PoolKind::kLp && global_) {
+      ctx.ParallelFor(planes, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          yv[p] = GlobalReduce(xv + p * in_plane, in_plane, kind_ == PoolKind::kMax);
+        }
+      });
+      return absl::OkStatus();
+    }
+    const bool plain_2d = indices == nullptr && spatial_ == 2 && d[1] == 1 && d[2] == 1 &&
+                          (kind_ == PoolKind::kMax ||
+                           (kind_ == PoolKind::kAverage && !count_include_pad_));
+    if (plain_2d) {
+      ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          Pool2D(xv + p * in_plane, yv + p * out_plane, id[1], id[2], od[1], od[2], k[1], k[2],
+                 s[1], s[2], pb[1], pb[2], kind_ == PoolKind::kMax);
+        }
+      });
+      return absl::OkStatus();
+    }
     ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const float* in = xv + p * in_plane;
