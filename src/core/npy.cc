@@ -1,5 +1,6 @@
 #include "kiln/core/npy.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -86,6 +87,14 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, const std::string& name
   for (const NpyType& t : kTypes) {
     if (normalized == t.descr) dtype = t.dtype;
   }
+  // Fixed-width bytes ('|S16'): string tensors such as serialized tf.Examples.
+  int64_t bytes_width = 0;
+  if (absl::ConsumePrefix(&descr, "|S") || absl::ConsumePrefix(&descr, "S")) {
+    if (!absl::SimpleAtoi(descr, &bytes_width) || bytes_width < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": bad .npy bytes dtype 'S", descr, "'"));
+    }
+    dtype = DType::kString;
+  }
   if (dtype == DType::kInvalid) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": unsupported .npy dtype '", descr,
@@ -107,6 +116,21 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, const std::string& name
   }
   Tensor tensor(dtype, shape);
   const size_t data_start = header_start + header_len;
+  if (dtype == DType::kString) {
+    const size_t need = static_cast<size_t>(tensor.num_elements() * bytes_width);
+    if (bytes.size() - data_start < need) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": truncated .npy data: shape ", shape.ToString(), " needs ", need,
+          " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
+    }
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      absl::string_view item = bytes.substr(data_start + i * bytes_width, bytes_width);
+      // NumPy pads with NULs and drops trailing NULs when reading.
+      while (!item.empty() && item.back() == '\0') item.remove_suffix(1);
+      tensor.data<std::string>()[i] = std::string(item);
+    }
+    return tensor;
+  }
   if (bytes.size() - data_start < tensor.byte_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": truncated .npy data: shape ", shape.ToString(), " needs ", tensor.byte_size(),
@@ -125,9 +149,18 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
 }
 
 absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
+  std::string string_descr;
+  size_t string_width = 1;
   const char* descr = nullptr;
   for (const NpyType& t : kTypes) {
     if (t.dtype == tensor.dtype()) descr = t.descr;
+  }
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      string_width = std::max(string_width, tensor.data<std::string>()[i].size());
+    }
+    string_descr = absl::StrCat("|S", string_width);
+    descr = string_descr.c_str();
   }
   if (tensor.dtype() == DType::kBFloat16) {
     return absl::InvalidArgumentError("bfloat16 has no .npy dtype; cast to float32 first");
@@ -152,6 +185,14 @@ absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
   out.push_back(static_cast<char>(header.size() & 0xff));
   out.push_back(static_cast<char>(header.size() >> 8));
   out += header;
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      const std::string& item = tensor.data<std::string>()[i];
+      out += item;
+      out.append(string_width - item.size(), '\0');
+    }
+    return out;
+  }
   out.append(static_cast<const char*>(tensor.raw_data()), tensor.byte_size());
   return out;
 }

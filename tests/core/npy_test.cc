@@ -39,6 +39,23 @@ TEST(NpyTest, TruncatedDataNamesTheFileAndSizes) {
   EXPECT_NE(t.status().message().find("truncated"), std::string::npos);
 }
 
+TEST(NpyTest, StringsRoundTripAsFixedWidthBytes) {
+  Tensor t(DType::kString, Shape{2, 2});
+  t.data<std::string>()[0] = "a";
+  t.data<std::string>()[1] = std::string("bin\0ary\x01", 8);
+  t.data<std::string>()[2] = "";
+  t.data<std::string>()[3] = "longest one";
+  auto bytes = SerializeNpy(t);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_NE(bytes->find("'descr': '|S11'"), std::string::npos);
+  auto back = ParseNpy(*bytes, "strings.npy");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape(), (Shape{2, 2}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(back->data<std::string>()[i], t.data<std::string>()[i]);
+  auto cut = ParseNpy(bytes->substr(0, bytes->size() - 1), "strings.npy");
+  EXPECT_FALSE(cut.ok());
+}
+
 TEST(NpyTest, RejectsBadMagic) {
   auto t = ParseNpy("hello world, not numpy", "bad.npy");
   ASSERT_FALSE(t.ok());

@@ -23,10 +23,25 @@ MODEL is a .onnx file, a SavedModel directory, or a base path with numeric versi
 
   --disable_optimizer   show the imported graph without optimization
   --tags TAGS           SavedModel tag set (default serve)
+  --signature NAME      show only this signature (default: all)
 )";
+
+// The part of Model::Inspect() about one signature: the model header, then the block that
+// starts with "Signature 'NAME'".
+std::string OnlySignature(const std::string& text, const std::string& name) {
+  const std::string marker = "\nSignature '";
+  const size_t first = text.find(marker);
+  if (first == std::string::npos) return text;
+  const size_t start = text.find(marker + name + "'");
+  if (start == std::string::npos) return text.substr(0, first + 1);
+  const size_t end = text.find(marker, start + marker.size());
+  return text.substr(0, first) + text.substr(start, end == std::string::npos ? end : end - start) +
+         "\n";
+}
 
 int RunInspectCommand(const std::vector<std::string>& args) {
   std::string model_path;
+  std::string signature;
   kiln::runtime::ModelOptions options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -39,6 +54,10 @@ int RunInspectCommand(const std::vector<std::string>& args) {
       options.tags = arg.substr(7);
     } else if (arg == "--tags" && i + 1 < args.size()) {
       options.tags = args[++i];
+    } else if (arg.rfind("--signature=", 0) == 0) {
+      signature = arg.substr(12);
+    } else if (arg == "--signature" && i + 1 < args.size()) {
+      signature = args[++i];
     } else if (arg.rfind("--", 0) == 0) {
       std::fprintf(stderr, "kiln inspect: unknown flag %s\n\n%s", arg.c_str(), kUsage);
       return 2;
@@ -59,9 +78,17 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     return 1;
   }
 #ifdef KILN_INSPECT_HAS_SAVED_MODEL
+  // What `saved_model_cli show --all` prints comes first: it needs no import, so it is
+  // shown even for a model Kiln cannot run.
   if (resolved->format == kiln::runtime::ModelFormat::kSavedModel) {
     auto summary = kiln::import::DescribeSavedModel(resolved->path);
     if (summary.ok()) {
+      if (!signature.empty()) {
+        for (auto& meta : summary->meta_graphs) {
+          std::erase_if(meta.signatures,
+                        [&](const kiln::import::SignatureSummary& s) { return s.key != signature; });
+        }
+      }
       std::printf("%s\n", kiln::import::FormatSavedModelSummary(*summary).c_str());
     }
   }
@@ -71,7 +98,16 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "kiln inspect: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  std::printf("%s", (*model)->Inspect().c_str());
+  if (signature.empty()) {
+    std::printf("%s", (*model)->Inspect().c_str());
+    return 0;
+  }
+  if (auto found = (*model)->FindSignature(signature); !found.ok()) {
+    std::fprintf(stderr, "kiln inspect: --signature %s: %s\n", signature.c_str(),
+                 std::string(found.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s", OnlySignature((*model)->Inspect(), signature).c_str());
   return 0;
 }
 

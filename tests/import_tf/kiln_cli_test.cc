@@ -1,0 +1,145 @@
+// `kiln inspect` and `kiln run` on SavedModels, through the real binary: a SavedModel
+// directory or a base path with numeric versions (the highest taken), --signature, and inputs
+// and outputs named by the signature's keys.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kiln/core/npy.h"
+#include "tensorflow/core/example/example.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TfServing(const std::string& model) {
+  return std::string(KILN_SHARED_DIR) + "/testdata/tf_serving/" + model;
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult Kiln(const std::string& args) {
+  CommandResult result;
+  const std::string command = absl::StrCat(KILN_BINARY, " ", args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string TempDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() /
+                       absl::StrCat("kiln_cli_test_", getpid(), "_", name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<float> FloatsOf(const kiln::Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.num_elements());
+}
+
+TEST(KilnCliTest, InspectShowsWhatSavedModelCliShows) {
+  // A base path: versions 00000123 and 00000124, the highest is taken.
+  auto r = Kiln("inspect " + TfServing("saved_model_half_plus_two_2_versions"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* expected :
+       {"MetaGraphDef with tag-set: 'serve' contains the following SignatureDefs:",
+        "signature_def['regress_x2_to_y3']:", "inputs['inputs'] tensor_info:",
+        "dtype: DT_FLOAT", "shape: (-1, 1)", "name: x2:0", "dtype: DT_STRING",
+        "shape: unknown_rank", "Method name is: tensorflow/serving/regress",
+        "signature_def['serving_default']:", "Method name is: tensorflow/serving/predict",
+        "saved_model_half_plus_two_2_versions/00000124"}) {
+    EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
+  }
+  // saved_model_cli lists signatures in key order.
+  EXPECT_LT(r.output.find("signature_def['classify_x_to_y']"),
+            r.output.find("signature_def['serving_default']"));
+}
+
+TEST(KilnCliTest, InspectOneSignature) {
+  const std::string model = TfServing("saved_model_half_plus_two_cpu/00000123");
+  auto r = Kiln("inspect " + model + " --signature regress_x2_to_y3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "signature_def['regress_x2_to_y3']")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "Signature 'regress_x2_to_y3'")) << r.output;
+  EXPECT_FALSE(absl::StrContains(r.output, "serving_default")) << r.output;
+  auto missing = Kiln("inspect " + model + " --signature no_such_signature");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_TRUE(absl::StrContains(missing.output, "no_such_signature")) << missing.output;
+  EXPECT_TRUE(absl::StrContains(missing.output, "regress_x_to_y2")) << missing.output;
+}
+
+TEST(KilnCliTest, RunNamesInputsAndOutputsBySignatureKeys) {
+  const std::string dir = TempDir("run");
+  ASSERT_TRUE(kiln::WriteNpy(dir + "/x2.npy",
+                             kiln::Tensor::FromVector<float>({2.f, 0.f}, kiln::Shape{2, 1}))
+                  .ok());
+  auto r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_cpu"),
+                             " --signature regress_x2_to_y3 --input inputs=", dir,
+                             "/x2.npy --output_dir ", dir, "/out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto y3 = kiln::ReadNpy(dir + "/out/outputs.npy");
+  ASSERT_TRUE(y3.ok()) << y3.status();
+  EXPECT_EQ(y3->shape(), (kiln::Shape{2, 1}));
+  EXPECT_EQ(FloatsOf(*y3), (std::vector<float>{4.f, 3.f}));
+
+  // serving_default when --signature is not given; its input key is "x", its output "y".
+  ASSERT_TRUE(
+      kiln::WriteNpy(dir + "/x.npy", kiln::Tensor::FromVector<float>({1.f, 2.f, 5.f})).ok());
+  r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_tf2_cpu"), " --input x=",
+                        dir, "/x.npy --output_dir ", dir, "/default"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto y = kiln::ReadNpy(dir + "/default/y.npy");
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(FloatsOf(*y), (std::vector<float>{2.5f, 3.f, 4.5f}));
+
+  // Serialized tf.Examples as a bytes (|S) array feed the regress signature.
+  kiln::Tensor examples(kiln::DType::kString, kiln::Shape{3});
+  const float xs[] = {1.f, 2.f, 5.f};
+  for (int i = 0; i < 3; ++i) {
+    tensorflow::Example e;
+    (*e.mutable_features()->mutable_feature())["x"].mutable_float_list()->add_value(xs[i]);
+    examples.data<std::string>()[i] = e.SerializeAsString();
+  }
+  ASSERT_TRUE(kiln::WriteNpy(dir + "/examples.npy", examples).ok());
+  r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_cpu"),
+                        " --signature regress_x_to_y --input inputs=", dir,
+                        "/examples.npy --output_dir ", dir, "/regress"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto regressed = kiln::ReadNpy(dir + "/regress/outputs.npy");
+  ASSERT_TRUE(regressed.ok()) << regressed.status();
+  EXPECT_EQ(FloatsOf(*regressed), (std::vector<float>{2.5f, 3.f, 4.5f}));
+
+  // A wrong input key is named with the keys the signature has.
+  r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_cpu"),
+                        " --signature regress_x2_to_y3 --input x2=", dir, "/x2.npy"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "has no input 'x2' (its inputs: inputs)")) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(KilnCliTest, RunRefusesCustomOpsByName) {
+  auto r = Kiln(std::string("run ") + KILN_SHARED_DIR +
+                "/testdata/models/tfserving_tf_text_customops --output_dir " + TempDir("text"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "unsupported TensorFlow op")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "'WordpieceTokenizeWithOffsets'")) << r.output;
+}
+
+}  // namespace
