@@ -210,6 +210,36 @@ TEST(ServerCoreTest, BatchedPredictionsAreSplitBack) {
   EXPECT_THAT(too_big.body, HasSubstr("larger than maximum input batch size 8"));
 }
 
+// half_plus_two's Mul/Add broadcast, so it runs rows of any width: requests of widths 1 and 3
+// merge into one [2, 3] batch when pad_variable_length_inputs is on.
+TEST(ServerCoreTest, PadVariableLengthInputsMergesRequestsOfDifferentWidths) {
+  const std::string base = TempDir("padding");
+  AddVersion(base, 1, kHalfPlusTwo);
+  ServingMetrics metrics;
+  ServerCoreOptions options = NoPolling(&metrics);
+  BatchingOptions batching;
+  batching.max_batch_size = 8;
+  batching.batch_timeout_micros = 300000;  // both requests land in one batch
+  batching.num_batch_threads = 1;
+  batching.pad_variable_length_inputs = true;
+  options.batching = batching;
+  auto core = ServerCore::Create(options, OnnxConfig("m", base));
+  ASSERT_TRUE(core.ok()) << core.status();
+  RestHandler handler(core->get(), &metrics, "");
+  auto narrow = std::async(std::launch::async, [&handler] {
+    return Call(handler, "POST", "/v1/models/m:predict", R"({"instances": [[4.0]]})");
+  });
+  auto wide = std::async(std::launch::async, [&handler] {
+    return Call(handler, "POST", "/v1/models/m:predict", R"({"instances": [[0.0, 2.0, 6.0]]})");
+  });
+  HttpResponse narrow_reply = narrow.get();
+  HttpResponse wide_reply = wide.get();
+  EXPECT_EQ(wide_reply.body, R"({"predictions": [[2.0, 3.0, 5.0]]})");
+  // The narrow request was padded with its own first value (4.0), and comes back padded.
+  EXPECT_EQ(narrow_reply.body, R"({"predictions": [[4.0, 4.0, 4.0]]})");
+  EXPECT_EQ(metrics.batch_size.Count({"m"}), 1u);  // one batch ran both
+}
+
 void WriteWarmup(const std::string& version_dir, const std::string& input_key) {
   tensorflow::serving::PredictionLog log;
   auto* request = log.mutable_predict_log()->mutable_request();
