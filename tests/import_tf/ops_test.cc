@@ -1,8 +1,12 @@
 // Op-level tests: small GraphDefs built here, imported as frozen graphs and run through the
 // plan compiler and kernels, checked against values TensorFlow computes (worked by hand).
+#include <cctype>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "import/tf/converter.h"
 #include "gtest/gtest.h"
 #include "import/tf/tensor_bundle.h"
 #include "kiln/import/saved_model.h"
@@ -741,6 +745,31 @@ TEST(TfOpsTest, VariablesRestoredThroughSaverOps) {
   auto out = testing::RunSignature(model->signatures[0], {Vec({1, 2}, Shape{2})});
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectNear(F((*out)[0]), {4, 8});
+}
+
+// docs/SAVEDMODEL.md is where users look up what Kiln runs: every op with a converter is
+// listed there, word for word.
+TEST(TfOpsTest, SupportedOpListIsDocumented) {
+  auto doc = ReadFileToString(std::string(KILN_SOURCE_DIR) + "/docs/SAVEDMODEL.md");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const size_t start = doc->find("## Supported ops");
+  ASSERT_NE(start, std::string::npos);
+  const std::string section = doc->substr(start, doc->find("\n## ", start + 1) - start);
+  std::set<std::string> words;
+  std::string word;
+  for (char ch : section + " ") {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
+      word += ch;
+    } else if (!word.empty()) {
+      words.insert(word);
+      word.clear();
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& op : SupportedTfOps()) {
+    if (!words.count(op)) missing.push_back(op);
+  }
+  EXPECT_TRUE(missing.empty()) << "not in docs/SAVEDMODEL.md: " << absl::StrJoin(missing, ", ");
 }
 
 }  // namespace
