@@ -320,6 +320,9 @@ bool Converter::ContainsTableInit(const std::string& function_name, int depth) {
 absl::Status Converter::AnalyzeTables(const Body& body, CallStack& stack, int depth) {
   if (depth > 32) return absl::OkStatus();
   for (const auto& [name, node] : body.nodes) {
+    // Bounds the walk on graphs whose calls fan out exponentially (a hostile or corrupt
+    // model); tables left unresolved are reported when a signature needs them.
+    if (++table_walk_steps_ > 1000000) return absl::OkStatus();
     if (IsTableInitOp(node->op()) && node->input_size() >= 1) {
       auto table = ResolveOriginIn(body, node->input(0), stack);
       if (!table.ok() || !IsTableOp(table->node->op())) continue;

@@ -195,6 +195,7 @@ class Converter {
   };
   std::map<std::string, TableInit> table_inits_;
   std::map<std::string, bool> contains_table_init_;
+  int64_t table_walk_steps_ = 0;
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
   std::set<std::pair<const Body*, std::string>> control_checked_;
