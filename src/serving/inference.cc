@@ -61,8 +61,7 @@ absl::StatusOr<PredictResult> RunPredict(const ServableVersion& servable,
     if (expected != DType::kInvalid && tensor.dtype() != expected) {
       return absl::InvalidArgumentError(absl::StrCat("input '", key, "': expects dtype ",
                                                      DTypeName(expected), " but ",
-                                                     DTypeName(tensor.dtype()),
-                                                     " is provided"));
+                                                     DTypeName(tensor.dtype()), " is provided"));
     }
   }
   if (output_filter.empty()) {
@@ -83,8 +82,7 @@ absl::StatusOr<PredictResult> RunPredict(const ServableVersion& servable,
       result.output_order.push_back(key);
     }
   }
-  KILN_ASSIGN_OR_RETURN(auto outputs,
-                        servable.Run(signature.key, std::move(inputs)));
+  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature.key, std::move(inputs)));
   for (const std::string& key : result.output_order) {
     auto it = outputs.find(key);
     if (it == outputs.end()) {
@@ -144,9 +142,12 @@ absl::StatusOr<const runtime::SignatureInfo*> ExampleSignature(const ServableVer
 
 absl::StatusOr<float> ScoreAt(const Tensor& scores, int64_t index) {
   switch (scores.dtype()) {
-    case DType::kFloat32: return scores.data<float>()[index];
-    case DType::kFloat64: return static_cast<float>(scores.data<double>()[index]);
-    default: break;
+    case DType::kFloat32:
+      return scores.data<float>()[index];
+    case DType::kFloat64:
+      return static_cast<float>(scores.data<double>()[index]);
+    default:
+      break;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("Expected scores Tensor of DT_FLOAT. Got: ", DTypeName(scores.dtype())));
@@ -157,9 +158,9 @@ absl::StatusOr<float> ScoreAt(const Tensor& scores, int64_t index) {
 absl::StatusOr<ClassificationResult> RunClassify(const ServableVersion& servable,
                                                  absl::string_view signature_name,
                                                  const Input& input) {
-  KILN_ASSIGN_OR_RETURN(const runtime::SignatureInfo* signature,
-                        ExampleSignature(servable, signature_name, kClassifyMethod,
-                                         "classification"));
+  KILN_ASSIGN_OR_RETURN(
+      const runtime::SignatureInfo* signature,
+      ExampleSignature(servable, signature_name, kClassifyMethod, "classification"));
   const bool has_classes = signature->outputs.count("classes") > 0;
   const bool has_scores = signature->outputs.count("scores") > 0;
   if (!has_classes && !has_scores) {
@@ -169,7 +170,7 @@ absl::StatusOr<ClassificationResult> RunClassify(const ServableVersion& servable
   KILN_ASSIGN_OR_RETURN(Tensor examples, SerializedExamples(input));
   const int64_t batch = examples.dim(0);
   std::map<std::string, Tensor> inputs = {{signature->inputs.begin()->first, examples}};
-  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature->key, std::move(inputs)));
+  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature->key, std::move(inputs), "Classify"));
   Tensor classes, scores;
   int64_t num_classes = -1;
   auto check = [&](const char* key, Tensor* out) -> absl::Status {
@@ -177,14 +178,13 @@ absl::StatusOr<ClassificationResult> RunClassify(const ServableVersion& servable
     if (it == outputs.end()) return absl::OkStatus();
     *out = it->second;
     if (out->rank() == 0 || out->rank() > 2 || out->dim(0) != batch) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Expected Tensor shape: [", batch, " num_classes] but got ", out->shape().ToString(),
-          " for output '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Expected Tensor shape: [", batch, " num_classes] but got ",
+                       out->shape().ToString(), " for output '", key, "'"));
     }
     const int64_t n = out->rank() == 2 ? out->dim(1) : 1;
     if (num_classes >= 0 && n != num_classes) {
-      return absl::InvalidArgumentError(
-          "Tensors class and score should match in dim[1]");
+      return absl::InvalidArgumentError("Tensors class and score should match in dim[1]");
     }
     num_classes = n;
     return absl::OkStatus();
@@ -192,8 +192,8 @@ absl::StatusOr<ClassificationResult> RunClassify(const ServableVersion& servable
   if (has_classes) KILN_RETURN_IF_ERROR(check("classes", &classes));
   if (has_scores) KILN_RETURN_IF_ERROR(check("scores", &scores));
   if (classes.valid() && classes.dtype() != DType::kString) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Expected classes Tensor of DT_STRING. Got: ", DTypeName(classes.dtype())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Expected classes Tensor of DT_STRING. Got: ", DTypeName(classes.dtype())));
   }
   ClassificationResult result;
   for (int64_t i = 0; i < batch; ++i) {
@@ -211,8 +211,7 @@ absl::StatusOr<ClassificationResult> RunClassify(const ServableVersion& servable
 }
 
 absl::StatusOr<RegressionResult> RunRegress(const ServableVersion& servable,
-                                            absl::string_view signature_name,
-                                            const Input& input) {
+                                            absl::string_view signature_name, const Input& input) {
   KILN_ASSIGN_OR_RETURN(const runtime::SignatureInfo* signature,
                         ExampleSignature(servable, signature_name, kRegressMethod, "regression"));
   if (signature->outputs.count("outputs") == 0) {
@@ -221,7 +220,7 @@ absl::StatusOr<RegressionResult> RunRegress(const ServableVersion& servable,
   KILN_ASSIGN_OR_RETURN(Tensor examples, SerializedExamples(input));
   const int64_t batch = examples.dim(0);
   std::map<std::string, Tensor> inputs = {{signature->inputs.begin()->first, examples}};
-  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature->key, std::move(inputs)));
+  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature->key, std::move(inputs), "Regress"));
   const Tensor& values = outputs.at("outputs");
   if (values.rank() == 0 || values.rank() > 2 || values.dim(0) != batch ||
       (values.rank() == 2 && values.dim(1) != 1)) {
@@ -312,8 +311,8 @@ absl::Status RunWarmup(const ServableVersion& servable, int iterations,
   if (!std::filesystem::exists(path, error)) return absl::OkStatus();
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> records, ReadWarmupRecords(path));
   if (records.size() > static_cast<size_t>(kMaxWarmupRecords)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Number of warmup records exceeds the maximum (", kMaxWarmupRecords, ") at ", path));
+    return absl::InvalidArgumentError(absl::StrCat("Number of warmup records exceeds the maximum (",
+                                                   kMaxWarmupRecords, ") at ", path));
   }
   for (size_t i = 0; i < records.size(); ++i) {
     tensorflow::serving::PredictionLog log;

@@ -24,24 +24,42 @@ using tensorflow::serving::ModelVersionStatus;
 
 std::string StatusCodeName(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kOk: return "OK";
-    case absl::StatusCode::kCancelled: return "CANCELLED";
-    case absl::StatusCode::kUnknown: return "UNKNOWN";
-    case absl::StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case absl::StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case absl::StatusCode::kNotFound: return "NOT_FOUND";
-    case absl::StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case absl::StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case absl::StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case absl::StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case absl::StatusCode::kAborted: return "ABORTED";
-    case absl::StatusCode::kOutOfRange: return "OUT_OF_RANGE";
-    case absl::StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case absl::StatusCode::kInternal: return "INTERNAL";
-    case absl::StatusCode::kUnavailable: return "UNAVAILABLE";
-    case absl::StatusCode::kDataLoss: return "DATA_LOSS";
-    case absl::StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
-    default: break;
+    case absl::StatusCode::kOk:
+      return "OK";
+    case absl::StatusCode::kCancelled:
+      return "CANCELLED";
+    case absl::StatusCode::kUnknown:
+      return "UNKNOWN";
+    case absl::StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case absl::StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case absl::StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case absl::StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case absl::StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case absl::StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case absl::StatusCode::kAborted:
+      return "ABORTED";
+    case absl::StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case absl::StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case absl::StatusCode::kInternal:
+      return "INTERNAL";
+    case absl::StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case absl::StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case absl::StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    default:
+      break;
   }
   return "UNKNOWN";
 }
@@ -55,22 +73,46 @@ std::string ModelSpecRef::DebugString() const {
 ServableVersion::ServableVersion(std::string name, int64_t version,
                                  std::shared_ptr<runtime::Model> model,
                                  std::optional<BatchingOptions> batching, ServingMetrics* metrics)
-    : name_(std::move(name)), version_(version), model_(std::move(model)),
-      batching_(std::move(batching)), metrics_(metrics) {}
+    : name_(std::move(name)),
+      version_(version),
+      model_(std::move(model)),
+      batching_(std::move(batching)),
+      metrics_(metrics) {}
+
+namespace {
+
+// Runs the model and records the time spent in the runtime (TF Serving's runtime_latency).
+absl::StatusOr<std::map<std::string, Tensor>> TimedRun(const runtime::Model& model,
+                                                       const std::string& signature,
+                                                       const std::map<std::string, Tensor>& inputs,
+                                                       ServingMetrics* metrics,
+                                                       const std::string& model_name,
+                                                       const std::string& api) {
+  const int64_t start_ns = NowNanos();
+  auto outputs = model.Run(signature, inputs);
+  if (metrics != nullptr) {
+    metrics->runtime_latency.Observe({model_name, api, "kiln"}, (NowNanos() - start_ns) / 1e3);
+  }
+  return outputs;
+}
+
+}  // namespace
 
 absl::StatusOr<std::map<std::string, Tensor>> ServableVersion::Run(
-    const std::string& signature, std::map<std::string, Tensor> inputs) const {
-  if (!batching_.has_value()) return model_->Run(signature, inputs);
+    const std::string& signature, std::map<std::string, Tensor> inputs,
+    const std::string& api) const {
+  if (!batching_.has_value()) return TimedRun(*model_, signature, inputs, metrics_, name_, api);
   Batcher* batcher;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = batchers_[signature];
+    auto& slot = batchers_[{signature, api}];
     if (slot == nullptr) {
       std::shared_ptr<runtime::Model> model = model_;
       slot = std::make_unique<Batcher>(
           *batching_,
-          [model, signature](const Batcher::TensorMap& batch) {
-            return model->Run(signature, batch);
+          [model, signature, metrics = metrics_, name = name_,
+           api](const Batcher::TensorMap& batch) {
+            return TimedRun(*model, signature, batch, metrics, name, api);
           },
           name_, metrics_);
     }
@@ -96,8 +138,8 @@ absl::StatusOr<ModelServerConfig> ReadModelServerConfig(const std::string& path)
   parser.RecordErrorsTo(&collector);
   if (!parser.ParseFromString(text.str(), &config)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model config file ", path, " is not a valid ModelServerConfig text proto: ",
-                     collector.errors));
+        absl::StrCat("model config file ", path,
+                     " is not a valid ModelServerConfig text proto: ", collector.errors));
   }
   return config;
 }
@@ -115,7 +157,8 @@ namespace {
 
 absl::Status ValidateConfig(const ModelServerConfig& config) {
   if (config.has_custom_model_config()) {
-    return absl::InvalidArgumentError("custom_model_config is not supported; use model_config_list");
+    return absl::InvalidArgumentError(
+        "custom_model_config is not supported; use model_config_list");
   }
   std::set<std::string> names;
   for (const ModelConfig& model : config.model_config_list().config()) {
@@ -130,9 +173,9 @@ absl::Status ValidateConfig(const ModelServerConfig& config) {
     }
     const std::string& platform = model.model_platform();
     if (!platform.empty() && platform != "tensorflow" && platform != "onnx") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model ", model.name(), ": model_platform \"", platform,
-          "\" is not supported (\"tensorflow\" or \"onnx\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", model.name(), ": model_platform \"", platform,
+                       "\" is not supported (\"tensorflow\" or \"onnx\")"));
     }
   }
   return absl::OkStatus();
@@ -143,8 +186,7 @@ absl::Status ValidateConfig(const ModelServerConfig& config) {
 absl::StatusOr<std::vector<int64_t>> ListVersions(const std::string& base_path) {
   std::error_code error;
   if (!fs::is_directory(base_path, error)) {
-    return absl::NotFoundError(absl::StrCat("File system source path does not exist: ",
-                                            base_path));
+    return absl::NotFoundError(absl::StrCat("File system source path does not exist: ", base_path));
   }
   std::vector<int64_t> versions;
   for (const auto& entry : fs::directory_iterator(base_path, error)) {
@@ -290,9 +332,9 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
       for (const auto& [label, version] : model.version_labels()) {
         auto it = entry.versions.find(version);
         if (it == entry.versions.end() || it->second.servable == nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "Request to assign label to version ", version, " of model ", model.name(),
-              ", which is not currently available for inference"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("Request to assign label to version ", version, " of model ",
+                           model.name(), ", which is not currently available for inference"));
         }
       }
     }
@@ -358,8 +400,8 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
       } else {
         entry.status.state = ModelVersionStatus::END;
         entry.status.status = loaded.status();
-        std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n",
-                     name.c_str(), static_cast<long long>(version),
+        std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n", name.c_str(),
+                     static_cast<long long>(version),
                      std::string(loaded.status().message()).c_str());
         if (first_error.ok()) first_error = loaded.status();
       }
@@ -407,8 +449,8 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   if (!fs::is_directory(version_dir, error)) {
     for (const auto& entry : fs::directory_iterator(config.base_path(), error)) {
       const std::string name = entry.path().filename().string();
-      if (!name.empty() && std::all_of(name.begin(), name.end(),
-                                       [](char c) { return absl::ascii_isdigit(c); }) &&
+      if (!name.empty() &&
+          std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); }) &&
           name.size() <= 18 && std::stoll(name) == version) {
         version_dir = entry.path().string();
         break;
@@ -424,8 +466,8 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   }
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", path));
   if (metrics != nullptr) metrics->load_latency.Increment({path}, (NowNanos() - start_ns) / 1e3);
-  auto servable = std::make_shared<ServableVersion>(config.name(), version, *model,
-                                                    options_.batching, metrics);
+  auto servable =
+      std::make_shared<ServableVersion>(config.name(), version, *model, options_.batching, metrics);
   if (options_.allow_precompilation) {
     std::vector<int64_t> batch_sizes = {1};
     if (options_.batching.has_value() && !options_.batching->allowed_batch_sizes.empty()) {
@@ -468,8 +510,8 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
     const ModelSpecRef& spec) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(spec.name);
-  const absl::Status not_found = absl::NotFoundError(
-      absl::StrCat("Servable not found for request: ", spec.DebugString()));
+  const absl::Status not_found =
+      absl::NotFoundError(absl::StrCat("Servable not found for request: ", spec.DebugString()));
   if (it == models_.end()) return not_found;
   const ModelEntry& entry = it->second;
   if (!spec.label.empty()) {

@@ -68,6 +68,8 @@ TEST(ServeModelsE2ETest, RestAndGrpcAnswerLikeTfServing) {
   HttpReply metrics = HttpCall(server.rest_port(), "GET", "/monitoring/prometheus/metrics");
   EXPECT_THAT(metrics.body,
               HasSubstr(":tensorflow:serving:model_warmup_latency_count{model_path="));
+  EXPECT_THAT(metrics.body, HasSubstr(":tensorflow:serving:runtime_latency_count{model_name="
+                                      "\"half_plus_two\",API=\"Predict\",runtime=\"kiln\"} 1"));
   HttpReply status = HttpCall(server.rest_port(), "GET", "/v1/models/penguin_tabular");
   EXPECT_THAT(status.body, HasSubstr("\"state\": \"AVAILABLE\""));
   HttpReply v2 = HttpCall(server.rest_port(), "GET", "/v2/models/half_plus_two");

@@ -1,16 +1,17 @@
 // ServerCore and the REST handler in-process, on the example ONNX models loaded by the real
 // runtime: predict forms, status and metadata JSON, version transitions, failed loads, labels,
 // batching.
+#include "kiln/serving/server_core.h"
+
 #include <filesystem>
 #include <fstream>
 #include <future>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kiln/data/formats/tfrecord.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/rest_handler.h"
-#include "kiln/serving/server_core.h"
-#include "kiln/data/formats/tfrecord.h"
 #include "kiln/serving/tensor_proto.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
 
@@ -24,8 +25,8 @@ const std::string kHalfPlusTwo =
     std::string(KILN_SOURCE_DIR) + "/examples/models/half_plus_two/1/model.onnx";
 
 std::string TempDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("kiln_core_test_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiln_core_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -44,8 +45,8 @@ tensorflow::serving::ModelServerConfig OnnxConfig(const std::string& name,
   return config;
 }
 
-HttpResponse Call(const RestHandler& handler, const std::string& method,
-                  const std::string& target, const std::string& body = "") {
+HttpResponse Call(const RestHandler& handler, const std::string& method, const std::string& target,
+                  const std::string& body = "") {
   return handler.Handle(HttpRequest{method, target, body});
 }
 
@@ -87,16 +88,16 @@ TEST(ServerCoreTest, PredictInBothFormsAndStatus) {
                                     R"({"signature_name": "nope", "instances": [[1.0]]})");
   EXPECT_EQ(bad_signature.status, 400);
   EXPECT_EQ(bad_signature.body, R"({ "error": "Serving signature key \"nope\" not found." })");
-  HttpResponse bad_dtype = Call(handler, "POST", "/v1/models/half_plus_two:predict",
-                                R"({"instances": [["a"]]})");
+  HttpResponse bad_dtype =
+      Call(handler, "POST", "/v1/models/half_plus_two:predict", R"({"instances": [["a"]]})");
   EXPECT_EQ(bad_dtype.status, 400);
   HttpResponse extra = Call(handler, "POST", "/v1/models/half_plus_two:predict",
                             R"({"inputs": {"x": [[1.0]], "z": [1]}})");
   EXPECT_EQ(extra.status, 400);
   HttpResponse not_json = Call(handler, "POST", "/v1/models/half_plus_two:predict", "{");
   EXPECT_EQ(not_json.status, 400);
-  HttpResponse classify = Call(handler, "POST", "/v1/models/half_plus_two:classify",
-                               R"({"examples": [{"x": 1.0}]})");
+  HttpResponse classify =
+      Call(handler, "POST", "/v1/models/half_plus_two:classify", R"({"examples": [{"x": 1.0}]})");
   EXPECT_EQ(classify.status, 400);
   EXPECT_THAT(classify.body, HasSubstr("classification"));
 
@@ -104,8 +105,9 @@ TEST(ServerCoreTest, PredictInBothFormsAndStatus) {
                          R"({"inputs": [{"name": "x", "shape": [2, 1], "datatype": "FP32",
                               "data": [1, 2]}]})");
   EXPECT_EQ(v2.status, 200) << v2.body;
-  EXPECT_EQ(v2.body, R"({"model_name": "half_plus_two", "model_version": "1", "outputs": )"
-                     R"([{"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [2.5, 3.0]}]})");
+  EXPECT_EQ(v2.body,
+            R"({"model_name": "half_plus_two", "model_version": "1", "outputs": )"
+            R"([{"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [2.5, 3.0]}]})");
   EXPECT_EQ(Call(handler, "GET", "/v2/models/half_plus_two/ready").status, 200);
   EXPECT_EQ(Call(handler, "GET", "/v2/health/ready").status, 200);
 
@@ -204,6 +206,9 @@ TEST(ServerCoreTest, BatchedPredictionsAreSplitBack) {
     EXPECT_EQ(reply.body, "{\"predictions\": [[" + std::to_string(i + 2) + ".0]]}");
   }
   EXPECT_GE(metrics.batch_size.Count({"m"}), 1u);
+  // The runtime ran once per batch, not once per request.
+  EXPECT_EQ(metrics.runtime_latency.Count({"m", "Predict", "kiln"}),
+            metrics.batch_size.Count({"m"}));
   HttpResponse too_big = Call(handler, "POST", "/v1/models/m:predict",
                               R"({"instances": [[1],[2],[3],[4],[5],[6],[7],[8],[9]]})");
   EXPECT_EQ(too_big.status, 400);
@@ -294,8 +299,7 @@ TEST(ServerCoreTest, CorruptedWarmupRecordFailsTheLoadNamingFileAndOffset) {
   EXPECT_EQ(core.status().code(), absl::StatusCode::kDataLoss) << core.status();
   EXPECT_THAT(core.status().message(), HasSubstr("data CRC mismatch"));
   EXPECT_THAT(core.status().message(), HasSubstr(path));
-  EXPECT_THAT(core.status().message(),
-              HasSubstr("at byte offset " + std::to_string(record_size)));
+  EXPECT_THAT(core.status().message(), HasSubstr("at byte offset " + std::to_string(record_size)));
 }
 
 }  // namespace

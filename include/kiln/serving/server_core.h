@@ -41,9 +41,11 @@ class ServableVersion {
   int64_t version() const { return version_; }
   const runtime::Model& model() const { return *model_; }
 
-  // Runs a signature, through the batcher when batching is on.
+  // Runs a signature, through the batcher when batching is on. `api` ("Predict", "Classify",
+  // "Regress") labels the runtime_latency metric; each API has its own batch queue.
   absl::StatusOr<std::map<std::string, Tensor>> Run(const std::string& signature,
-                                                    std::map<std::string, Tensor> inputs) const;
+                                                    std::map<std::string, Tensor> inputs,
+                                                    const std::string& api = "Predict") const;
 
  private:
   const std::string name_;
@@ -52,7 +54,8 @@ class ServableVersion {
   const std::optional<BatchingOptions> batching_;
   ServingMetrics* const metrics_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, std::unique_ptr<Batcher>> batchers_;  // by signature
+  // By signature and API.
+  mutable std::map<std::pair<std::string, std::string>, std::unique_ptr<Batcher>> batchers_;
 };
 
 // What a request names: a model and optionally a version or a label.
