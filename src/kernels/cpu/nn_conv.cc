@@ -186,8 +186,17 @@ class ConvKernel : public OpKernel {
       for (int i = 0; i < spatial; ++i) strides_w.push_back(spatial_strides[i]);
       user_w_desc_ = memory::desc(w_dims, memory::data_type::f32, strides_w);
     }
-    user_x_desc_ = PlainDesc(x.shape);
-    user_y_desc_ = PlainDesc(out_shape);
+    // Channels-last memory (set by the optimizer's channels_last_conv_layout pass on chains of
+    // 2-D convs): the tensor keeps its logical NCHW shape, its bytes are NHWC, which is what
+    // oneDNN's fastest fp32 convolutions read and write, so no reorder runs between them.
+    auto desc_for = [&](const Shape& shape, const char* attr) {
+      return x.shape.rank() == 4 && node_.GetInt(attr, 0) != 0
+                 ? memory::desc(ToDnnlDims(shape), memory::data_type::f32, memory::format_tag::nhwc)
+                 : PlainDesc(shape);
+    };
+    user_x_desc_ = desc_for(x.shape, "x_channels_last");
+    user_y_desc_ = desc_for(out_shape, "y_channels_last");
+    user_r_desc_ = desc_for(out_shape, "residual_channels_last");
     const memory::desc any_x(ToDnnlDims(x.shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_w(w_dims, memory::data_type::f32, memory::format_tag::any);
@@ -259,9 +268,13 @@ class ConvKernel : public OpKernel {
     if (reorder_x_) x_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
     if (reorder_y_) {
       y_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
-      if (residual_index_ >= 0) {
-        residual_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_y_desc_, engine, chosen_y));
-      }
+    }
+    // The residual is copied into the destination before the sum post-op; a reorder when its
+    // layout is not the destination's.
+    residual_to_dst_reorder_ = residual_index_ >= 0 && user_r_desc_ != chosen_y;
+    if (residual_to_dst_reorder_) {
+      residual_reorder_ =
+          dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_r_desc_, engine, chosen_y));
     }
     if (reorder_w_ && !packed_w_) {
       w_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_w_desc_, engine, chosen_w));
@@ -279,7 +292,9 @@ class ConvKernel : public OpKernel {
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = out_shape;
-    if (residual_index_ >= 0 && !reorder_y_) ctx.output_in_place_of[0] = residual_index_;
+    if (residual_index_ >= 0 && !reorder_y_ && !residual_to_dst_reorder_) {
+      ctx.output_in_place_of[0] = residual_index_;
+    }
     return absl::OkStatus();
   }
 
@@ -309,11 +324,11 @@ class ConvKernel : public OpKernel {
     if (reorder_x_) x_reorder_.execute(stream, user_x, x_mem);
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
-      if (reorder_y_) {
-        dnnl::memory user_r(user_y_desc_, engine, r.raw_data());
+      if (residual_to_dst_reorder_) {
+        dnnl::memory user_r(user_r_desc_, engine, r.raw_data());
         residual_reorder_.execute(stream, user_r, y_mem);
-      } else if (r.raw_data() != y.raw_data()) {
-        std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
+      } else if (y_mem.get_data_handle() != r.raw_data()) {
+        std::memcpy(y_mem.get_data_handle(), r.raw_data(), y_desc_.get_size());
       }
     }
     std::unordered_map<int, dnnl::memory> args{
@@ -338,8 +353,10 @@ class ConvKernel : public OpKernel {
   std::vector<PostOp> post_ops_;
   bool has_bias_ = false;
   int residual_index_ = -1;
-  memory::desc user_x_desc_, user_w_desc_, user_y_desc_, x_desc_, w_desc_, y_desc_, scratch_desc_;
+  memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,
+      scratch_desc_;
   bool reorder_x_ = false, reorder_y_ = false, reorder_w_ = false;
+  bool residual_to_dst_reorder_ = false;
   size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;
   std::unique_ptr<dnnl::memory> packed_w_;
   dnnl::primitive primitive_;

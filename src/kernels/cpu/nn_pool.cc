@@ -151,6 +151,12 @@ class PoolKernel : public OpKernel {
       ctx.output_shapes[1] = out;
     }
     with_indices_ = outputs == 2;
+    channels_last_ = node_.GetInt("x_channels_last", 0) != 0;
+    if (channels_last_ && (!global_ || kind_ == PoolKind::kLp || with_indices_ || spatial_ != 2)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": x_channels_last is supported by GlobalAveragePool and "
+                            "GlobalMaxPool on 4-D input only"));
+    }
     return absl::OkStatus();
   }
 
@@ -178,6 +184,34 @@ class PoolKernel : public OpKernel {
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
+    if (channels_last_) {
+      // [N, C, H, W] whose bytes are NHWC (after a channels-last conv chain): reduce the H*W
+      // rows of C channels; the [N, C, 1, 1] result has the same bytes in either layout.
+      const int64_t channels = in_shape_.dim(1);
+      const bool max = kind_ == PoolKind::kMax;
+      ctx.ParallelFor(in_shape_.dim(0), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const float* in = xv + b * in_plane * channels;
+          float* out = yv + b * channels;
+          for (int64_t c = 0; c < channels; ++c) {
+            out[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+          }
+          for (int64_t i = 0; i < in_plane; ++i) {
+            const float* row = in + i * channels;
+            if (max) {
+              for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], row[c]);
+            } else {
+              for (int64_t c = 0; c < channels; ++c) out[c] += row[c];
+            }
+          }
+          if (!max) {
+            const float scale = 1.0f / static_cast<float>(in_plane);
+            for (int64_t c = 0; c < channels; ++c) out[c] *= scale;
+          }
+        }
+      });
+      return absl::OkStatus();
+    }
     if (indices == nullptr && kind_ != PoolKind::kLp && global_) {
       ctx.ParallelFor(planes, 16, [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {
@@ -277,7 +311,7 @@ class PoolKernel : public OpKernel {
   int spatial_ = 0;
   Shape in_shape_;
   std::vector<int64_t> kernel_, strides_, dilations_, pads_begin_, pads_end_, out_spatial_;
-  bool count_include_pad_ = false, with_indices_ = false;
+  bool count_include_pad_ = false, with_indices_ = false, channels_last_ = false;
   int64_t p_ = 2, storage_order_ = 0;
 };
 
