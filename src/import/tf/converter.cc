@@ -607,6 +607,28 @@ bool Converter::DependsOnSwitch(const Body& body, const std::string& start,
   return switch_dependency_[memo_key(start)];
 }
 
+namespace {
+
+// An Assign/AssignVariableOp whose value comes (through Identity nodes) from a RestoreV2 in
+// the same body: the saver's restore, which Kiln replays at import.
+bool IsRestoreWrite(const Body& body, const NodeDef& node) {
+  if ((node.op() != "Assign" && node.op() != "AssignVariableOp") || node.input_size() < 2) {
+    return false;
+  }
+  std::string ref = node.input(1);
+  for (int steps = 0; steps < 100; ++steps) {
+    if (absl::StrContains(RefNode(ref), "Restore")) return true;
+    auto it = body.nodes.find(RefNode(ref));
+    if (it == body.nodes.end()) return false;
+    if (it->second->op() == "RestoreV2" || it->second->op() == "Restore") return true;
+    if (it->second->op() != "Identity" || it->second->input_size() < 1) return false;
+    ref = it->second->input(0);
+  }
+  return false;
+}
+
+}  // namespace
+
 // Conversion -------------------------------------------------------------------------------
 
 absl::StatusOr<TfValue> Converter::GetTensor(Scope* scope, const std::string& ref) {
@@ -810,9 +832,7 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
   }
   // A write that is not the saver's restore (which Kiln replays at import) changes state
   // at run time, which constants cannot do.
-  const bool restore_write =
-      (op == "Assign" || op == "AssignVariableOp") && node.input_size() > 1 &&
-      absl::StrContains(node.input(1), "Restore");
+  const bool restore_write = IsRestoreWrite(*scope->body, node);
   if (op == "AssignAdd" || op == "AssignSub" || op == "AssignAddVariableOp" ||
       op == "AssignSubVariableOp" ||
       ((op == "Assign" || op == "AssignVariableOp") && !restore_write)) {
@@ -841,8 +861,7 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
         dep_op == "AssignAdd" || dep_op == "AssignSub" || dep_op == "ScatterAdd" ||
         dep_op == "ResourceScatterAdd" || dep_op == "ResourceScatterUpdate" ||
         ((dep_op == "AssignVariableOp" || dep_op == "Assign") &&
-         !absl::StrContains(dep->second->input_size() > 1 ? dep->second->input(1) : "",
-                            "Restore"))) {
+         !IsRestoreWrite(*scope->body, *dep->second))) {
       return absl::UnimplementedError(absl::StrCat(
           DescribeNode(scope, node), " runs after the variable update ",
           DescribeNode(scope, *dep->second),
@@ -887,6 +906,7 @@ bool IsSkippableWithoutConverter(const std::string& op) {
 
 }  // namespace
 
+
 absl::Status Converter::CheckControlDependencies(const Scope* scope, const NodeDef& node) {
   struct Item {
     const Body* body;
@@ -917,9 +937,19 @@ absl::Status Converter::CheckControlDependencies(const Scope* scope, const NodeD
     if (it == item.body->nodes.end()) continue;  // a function argument
     const NodeDef& n = *it->second;
     const std::string& op = n.op();
+    const bool restore_write = IsRestoreWrite(*item.body, n);
+    const bool state_write = !restore_write && (absl::StartsWith(op, "Assign") ||
+                                                absl::StrContains(op, "Scatter"));
+    if (state_write) {
+      Scope where;
+      where.body = item.body;
+      return absl::UnimplementedError(absl::StrCat(
+          DescribeNode(scope, node), " runs after the variable update ", DescribeNode(&where, n),
+          ": stateful models are not supported (variables are imported as constants)"));
+    }
     const bool known = FindOpConverter(op) != nullptr || IsCallOp(op) || IsVariableOp(op) ||
                        IsTableOp(op) || function_defs_.count(op) > 0 ||
-                       IsSkippableWithoutConverter(op) || absl::StartsWith(op, "Assign");
+                       IsSkippableWithoutConverter(op) || restore_write;
     if (!known && !unsupported.count(op)) {
       Scope where;
       where.body = item.body;
