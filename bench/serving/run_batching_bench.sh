@@ -40,6 +40,15 @@ max_enqueued_batches { value: 1000 }
 ${KILN_BATCHING_EXTRA:-}
 CONFIG
 
+# "sum_us count" of the server's runtime_latency (time inside the runtime, one observation per
+# batch): how busy the batch thread kept the model, and how long its batches took.
+runtime_latency() {
+  curl -s "http://127.0.0.1:$rest/metrics" | awk '
+    /^:tensorflow:serving:runtime_latency_sum\{model_name="m"/ { sum = $2 }
+    /^:tensorflow:serving:runtime_latency_count\{model_name="m"/ { count = $2 }
+    END { print sum + 0, count + 0 }'
+}
+
 # CPU seconds (user + system) a process used so far.
 cpu_seconds() {
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
@@ -65,8 +74,12 @@ read -r offline_1 runs_1 cpu_1 <<< "$(offline --seconds "$seconds")"
 echo "offline kiln run --bench --batch $batch: $offline_1 items/s ($runs_1 runs, $cpu_1 CPU-s)"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$kiln" serve --port="$port" --model_config_file="$work/models.config" --enable_batching \
-  --batching_parameters_file="$work/batching.config" ${KILN_SERVE_FLAGS:-} \
+rest=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+echo 'prometheus_config { enable: true path: "/metrics" }' > "$work/monitoring.config"
+: > "$work/serve.log"
+"$kiln" serve --port="$port" --rest_api_port="$rest" --model_config_file="$work/models.config" \
+  --enable_batching --batching_parameters_file="$work/batching.config" \
+  --monitoring_config_file="$work/monitoring.config" ${KILN_SERVE_FLAGS:-} \
   > "$work/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 1 600); do
@@ -81,8 +94,10 @@ warmup=5
 load=$!
 sleep $warmup
 server_cpu_start=$(cpu_seconds $server)
+read -r runtime_sum_start runtime_count_start <<< "$(runtime_latency)"
 sleep "$seconds"
 server_cpu=$(echo "$(cpu_seconds $server) - $server_cpu_start" | bc)
+read -r runtime_sum_end runtime_count_end <<< "$(runtime_latency)"
 wait $load || { cat "$work/load.txt"; cat "$work/serve.log"; exit 1; }
 line=$(grep '^requests=' "$work/load.txt")
 echo "server (gRPC, 1 row/request, $connections connections): $line cpu_s=$server_cpu"
@@ -103,4 +118,13 @@ served_per_cpu = served * $seconds / $server_cpu
 offline_per_cpu = ($runs_1 + $runs_2 - 2) * $batch / ($cpu_1 + $cpu_2 - 2 * $cpu_fixed)
 print(f'per CPU-second: served {served_per_cpu:.1f} / offline {offline_per_cpu:.1f} items = '
       f'{served_per_cpu / offline_per_cpu:.3f} (server CPU share {$server_cpu / $seconds:.2f} cores)')
+# Where the served throughput goes: the share of the window the runtime was running a batch,
+# and how long a batch took inside the server vs offline (1000 * batch / items_per_s).
+batches = $runtime_count_end - $runtime_count_start
+busy = ($runtime_sum_end - $runtime_sum_start) / 1e6 / $seconds
+served_batch_ms = ($runtime_sum_end - $runtime_sum_start) / 1e3 / max(batches, 1)
+offline_batch_ms = 1000 * $batch / offline
+print(f'runtime busy {busy:.3f} of the window ({batches} batches); batch run time: served '
+      f'{served_batch_ms:.1f} ms / offline {offline_batch_ms:.1f} ms = '
+      f'{offline_batch_ms / served_batch_ms:.3f} speed ratio')
 "
