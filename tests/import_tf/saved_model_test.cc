@@ -210,6 +210,18 @@ TEST(SavedModelTest, DescribeListsSignaturesLikeSavedModelCli) {
   EXPECT_TRUE(absl::StrContains(text, "signature_def['serving_default']")) << text;
   EXPECT_TRUE(absl::StrContains(text, "dtype: DT_FLOAT")) << text;
   EXPECT_TRUE(absl::StrContains(text, "Method name is: tensorflow/serving/regress")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "    inputs['x'] tensor_info:\n        dtype: DT_FLOAT\n"
+                                      "        shape: (-1, 1)\n        name: x:0\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "The MetaGraph with tag set ['serve'] contains the "
+                                      "following ops: {'Add', "))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "'ParseExample', ")) << text;
+  // A vector shape prints as saved_model_cli prints it.
+  auto tf2 = DescribeSavedModel(TfServingDir("saved_model_half_plus_two_tf2_cpu/00000123"));
+  ASSERT_TRUE(tf2.ok()) << tf2.status();
+  const std::string tf2_text = FormatSavedModelSummary(*tf2);
+  EXPECT_TRUE(absl::StrContains(tf2_text, "shape: (1)\n")) << tf2_text;
 }
 
 TEST(SavedModelTest, CorruptAndTruncatedSavedModelsFailClearly) {

@@ -56,6 +56,7 @@ struct MetaGraphSummary {
   std::vector<std::string> tags;
   std::string tensorflow_version;
   std::vector<SignatureSummary> signatures;  // sorted by key
+  std::vector<std::string> ops;  // every op type in the graph and its functions, sorted
 };
 struct SavedModelSummary {
   std::string path;

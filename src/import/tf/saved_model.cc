@@ -325,6 +325,12 @@ absl::StatusOr<SavedModelSummary> DescribeSavedModel(const std::string& dir) {
       add(sig.outputs(), &s.outputs);
       m.signatures.push_back(std::move(s));
     }
+    std::set<std::string> ops;
+    for (const auto& node : meta.graph_def().node()) ops.insert(node.op());
+    for (const auto& f : meta.graph_def().library().function()) {
+      for (const auto& node : f.node_def()) ops.insert(node.op());
+    }
+    m.ops.assign(ops.begin(), ops.end());
     summary.meta_graphs.push_back(std::move(m));
   }
   return summary;
@@ -336,7 +342,8 @@ std::string FormatSavedModelSummary(const SavedModelSummary& summary) {
     if (!t.rank_known) return std::string("unknown_rank");
     std::vector<std::string> dims;
     for (int64_t d : t.shape) dims.push_back(std::to_string(d));
-    return absl::StrCat("(", absl::StrJoin(dims, ", "), t.shape.size() == 1 ? "," : "", ")");
+    // saved_model_cli joins the dims itself: a vector is "(-1)", not Python's "(-1,)".
+    return absl::StrCat("(", absl::StrJoin(dims, ", "), ")");
   };
   for (const MetaGraphSummary& m : summary.meta_graphs) {
     std::vector<std::string> quoted;
@@ -357,6 +364,10 @@ std::string FormatSavedModelSummary(const SavedModelSummary& summary) {
       }
       absl::StrAppend(&out, "  Method name is: ", s.method_name, "\n");
     }
+    std::vector<std::string> ops;
+    for (const auto& op : m.ops) ops.push_back(absl::StrCat("'", op, "'"));
+    absl::StrAppend(&out, "The MetaGraph with tag set [", absl::StrJoin(quoted, ", "),
+                    "] contains the following ops: {", absl::StrJoin(ops, ", "), "}\n");
   }
   return out;
 }
