@@ -119,7 +119,6 @@ TEST(SavedModelTest, HalfPlusThreePredict) {
 
 TEST(SavedModelTest, HalfPlusTwoRegressAndClassifyParseExamples) {
   for (const char* variant : kHalfPlusTwoVariants) {
-    if (absl::StrContains(variant, "tf2")) continue;  // the TF2 variant has predict only
     // The MKL export's y2 branch is a different graph (a conv over [1, 10, 10, 1]); its
     // predict signature is checked above.
     if (absl::StrContains(variant, "mkl")) continue;
@@ -149,7 +148,6 @@ TEST(SavedModelTest, HalfPlusTwoRegressAndClassifyParseExamples) {
 // tf.Example feature "x2" with default 0, so an example without it gives y3 = 3.
 TEST(SavedModelTest, HalfPlusTwoRegressX2ToY3) {
   for (const char* variant : kHalfPlusTwoVariants) {
-    if (absl::StrContains(variant, "tf2")) continue;  // predict only
     // The MKL export's y2/y3 are a different graph (a conv over [1, 10, 10, 1]).
     if (absl::StrContains(variant, "mkl")) continue;
     SCOPED_TRACE(variant);
@@ -158,12 +156,22 @@ TEST(SavedModelTest, HalfPlusTwoRegressX2ToY3) {
     ASSERT_TRUE(model.ok()) << model.status();
     const SignatureGraph* sig = FindSignature(*model, "regress_x2_to_y3");
     ASSERT_NE(sig, nullptr);
-    EXPECT_EQ(sig->method_name, "tensorflow/serving/regress");
-    EXPECT_EQ(sig->inputs.at("inputs").name, "x2:0");
+    const bool tf2 = absl::StrContains(variant, "tf2");
+    // The TF2 export writes every signature as a predict function of its own input.
+    EXPECT_EQ(sig->method_name, tf2 ? "tensorflow/serving/predict" : "tensorflow/serving/regress");
+    EXPECT_EQ(sig->inputs.at("inputs").name, tf2 ? "regress_x2_to_y3_inputs:0" : "x2:0");
     EXPECT_EQ(sig->inputs.at("inputs").dtype, DType::kFloat32);
     auto out = RunSignature(*sig, {Tensor::FromVector<float>({2.f})});
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{4.f}));
+    if (tf2) {
+      const SignatureGraph* classify = FindSignature(*model, "classify_x2_to_y3");
+      ASSERT_NE(classify, nullptr);
+      auto scores = RunSignature(*classify, {Tensor::FromVector<float>({2.f})});
+      ASSERT_TRUE(scores.ok()) << scores.status();
+      EXPECT_EQ(Floats((*scores)[0]), (std::vector<float>{4.f}));
+      continue;  // no tf_example:0 tensor below
+    }
     auto column = RunSignature(*sig, {Tensor::FromVector<float>({1.f, 0.f, -6.f}, Shape{3, 1})});
     ASSERT_TRUE(column.ok()) << column.status();
     EXPECT_EQ((*column)[0].shape(), (Shape{3, 1}));
