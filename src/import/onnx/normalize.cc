@@ -322,10 +322,10 @@ absl::Status NodeEmitter::EmitOnnx() {
           {});
     return absl::OkStatus();
   } else if (op == "Scan" && opset_ < 9) {
-    return absl::UnimplementedError(
-        absl::StrCat("Scan '", NodeName(), "': opset ", opset_,
-                     " Scan (with a batch axis and sequence_lens) is not supported; re-export "
-                     "with opset 9 or newer"));
+    // Opset-8 Scan has a batch axis and sequence_lens: Kiln's own ScanBatched kernel runs it.
+    Final("ScanBatched", inputs_, attrs_);
+    graph_.nodes().back().domain = "kiln";
+    return absl::OkStatus();
   }
   Final(op, inputs_, attrs_);
   return absl::OkStatus();
