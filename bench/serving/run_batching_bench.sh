@@ -63,14 +63,20 @@ offline() {
   local ips runs
   ips=$(sed -n 's/.*"items_per_s": \([0-9.]*\).*/\1/p' "$work/offline.json")
   runs=$(sed -n 's/.*"runs": \([0-9]*\).*/\1/p' "$work/offline.json")
+  if [ -z "$ips" ]; then
+    echo "kiln run failed: $(cat "$work/offline.json" "$work/time.txt")" >&2
+    exit 1
+  fi
   echo "$ips $runs $(awk '{ print $1 + $2 }' "$work/time.txt")"
 }
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cores: $(nproc)"
 # Model load, compilation and the untimed first run, so that per-CPU figures count timed runs
 # only: a run with one timed iteration costs this plus one run.
-read -r _ _ cpu_fixed <<< "$(offline --iterations 1)"
-read -r offline_1 runs_1 cpu_1 <<< "$(offline --seconds "$seconds")"
+fixed=$(offline --iterations 1)
+read -r _ _ cpu_fixed <<< "$fixed"
+first=$(offline --seconds "$seconds")
+read -r offline_1 runs_1 cpu_1 <<< "$first"
 echo "offline kiln run --bench --batch $batch: $offline_1 items/s ($runs_1 runs, $cpu_1 CPU-s)"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -105,7 +111,8 @@ kill -TERM $server
 wait $server
 server=
 
-read -r offline_2 runs_2 cpu_2 <<< "$(offline --seconds "$seconds")"
+second=$(offline --seconds "$seconds")
+read -r offline_2 runs_2 cpu_2 <<< "$second"
 echo "offline kiln run --bench --batch $batch (again): $offline_2 items/s ($runs_2 runs, $cpu_2 CPU-s)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 rows_per_s=$(echo "$line" | sed -n 's/.*rows_per_s=\([0-9.]*\).*/\1/p')
