@@ -227,7 +227,7 @@ constexpr TaxiFeature kTaxiFeatures[] = {
 
 // Row r of a batch of taxi tf.Examples: values vary with r; row 2 leaves out the company and
 // the dropoff place (optional features, as in the real data), row 1 has an unknown company.
-std::string TaxiExample(const char* types, int r) {
+std::string TaxiExample(const char* types, int r, const char* payment = nullptr) {
   tensorflow::Example e;
   auto& features = *e.mutable_features()->mutable_feature();
   const char* companies[] = {"Taxi Affiliation Services", "No Such Cab Co", "Flash Cab"};
@@ -243,7 +243,7 @@ std::string TaxiExample(const char* types, int r) {
         if (name == "company") {
           out.mutable_bytes_list()->add_value(companies[r % 3]);
         } else if (name == "payment_type") {
-          out.mutable_bytes_list()->add_value(payments[r % 3]);
+          out.mutable_bytes_list()->add_value(payment != nullptr ? payment : payments[r % 3]);
         } else {
           out.mutable_bytes_list()->add_value(std::to_string(static_cast<int64_t>(v)));
         }
@@ -325,6 +325,17 @@ TEST(RealModelsTest, TaxiEstimatorsRunEverySignature) {
       if (r > 0 && logits.data<float>()[r] != logits.data<float>()[0]) rows_differ = true;
     }
     EXPECT_TRUE(rows_differ) << "the features do not reach the logits";
+    // The payment type goes through a vocabulary table from assets/ (created in one function
+    // and filled in another in the TF2.9 export): the two known types must score differently,
+    // which they could not if the lookup missed and both fell into the OOV bucket.
+    Tensor by_payment(DType::kString, Shape{2});
+    by_payment.data<std::string>()[0] = TaxiExample(types.c_str(), 0, "Cash");
+    by_payment.data<std::string>()[1] = TaxiExample(types.c_str(), 0, "Credit Card");
+    const SignatureGraph* regress = FindSignature(*model, "regression");
+    auto paid = RunSignature(*regress, {by_payment});
+    ASSERT_TRUE(paid.ok()) << paid.status();
+    EXPECT_GT(std::abs((*paid)[0].data<float>()[0] - (*paid)[0].data<float>()[1]), 1e-4f)
+        << (*paid)[0].DebugString();
     if (predict.count("all_class_ids")) {
       const Tensor& ids = predict.at("all_class_ids");
       for (int64_t r = 0; r < batch; ++r) {
