@@ -3,8 +3,8 @@
 // Kiln's tensors are NCHW, but oneDNN's fastest fp32 convolutions (brgconv, brdgmm) read and
 // write NHWC. Left alone, every conv reorders its input to NHWC and its output back: on
 // MobileNet-v2 at batch 32 those reorders took more time than the convolutions themselves.
-// This pass marks each value that a 2-D conv produces and that only 2-D convs (as input or as
-// residual) and global pools read as channels-last: the value keeps its logical NCHW shape, its
+// This pass marks each value that a 2-D conv (or a max/average pool of such a value) produces
+// and that only 2-D convs (as input or as residual) and pools read as channels-last: the value keeps its logical NCHW shape, its
 // bytes are NHWC, and the producer and readers are told by attributes
 //   x_channels_last, residual_channels_last (readers), y_channels_last (producer).
 // Decisions are recomputed from scratch on every run of the pass, so a later rewrite never
@@ -39,6 +39,21 @@ bool IsConv2D(const Graph& g, const Node& n) {
 bool IsGlobalPool(const Node& n) {
   return n.domain.empty() && (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") &&
          n.outputs.size() == 1;
+}
+
+// MaxPool / AveragePool that the pooling kernel runs on NHWC bytes (output NHWC as well):
+// 2-D windows without Indices or dilations; average pooling without count_include_pad.
+bool IsWindowPool(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || (n.op != "MaxPool" && n.op != "AveragePool")) return false;
+  if (n.inputs.size() != 1 || n.outputs.empty()) return false;
+  if (n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) return false;
+  if (n.GetInts("kernel_shape").size() != 2) return false;
+  for (int64_t d : n.GetInts("dilations")) {
+    if (d != 1) return false;
+  }
+  if (n.op == "AveragePool" && n.GetInt("count_include_pad", 0) != 0) return false;
+  (void)g;
+  return true;
 }
 
 // Index of the residual input of a FusedConv with an "Add" post-op, or -1.
@@ -80,29 +95,43 @@ absl::Status ChannelsLastConvLayout(Graph& g, PassContext& ctx) {
   if (HasSubgraphs(g)) return absl::OkStatus();
   const std::vector<std::vector<NodeId>> consumers = g.Consumers();
   const std::set<ValueId> graph_outputs(g.outputs.begin(), g.outputs.end());
+  // Candidates: outputs of 2-D convs and window pools whose every reader can take NHWC bytes.
+  // A window pool writes NHWC only when it reads NHWC, so candidates are then pruned until
+  // every pool's input and output agree.
   std::set<ValueId> channels_last;
+  auto reader_accepts = [&](const Node& reader, ValueId v) {
+    if (IsConv2D(g, reader)) {
+      // As X or as the residual only (a conv reading it as weights or bias cannot).
+      const int residual = ResidualIndex(reader);
+      for (size_t i = 1; i < reader.inputs.size(); ++i) {
+        if (reader.inputs[i] == v && static_cast<int>(i) != residual) return false;
+      }
+      return true;
+    }
+    return IsGlobalPool(reader) || IsWindowPool(g, reader);
+  };
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
-    if (n.removed || !IsConv2D(g, n)) continue;
+    if (n.removed || !(IsConv2D(g, n) || IsWindowPool(g, n))) continue;
     const ValueId y = n.outputs[0];
     if (graph_outputs.count(y) || consumers[y].empty()) continue;
-    bool all_convs = true;
-    for (NodeId c : consumers[y]) {
-      const Node& reader = g.node(c);
-      const int residual = IsConv2D(g, reader) ? ResidualIndex(reader) : -1;
-      bool ok = false;
-      if (IsConv2D(g, reader)) {
-        // Read as X or as the residual only (a conv reading it as weights or bias cannot).
-        ok = true;
-        for (size_t i = 1; i < reader.inputs.size(); ++i) {
-          if (reader.inputs[i] == y && static_cast<int>(i) != residual) ok = false;
-        }
-      } else if (IsGlobalPool(reader)) {
-        ok = reader.inputs.size() == 1;
+    bool accepted = true;
+    for (NodeId c : consumers[y]) accepted = accepted && reader_accepts(g.node(c), y);
+    if (accepted) channels_last.insert(y);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (NodeId id = 0; id < g.num_nodes(); ++id) {
+      const Node& n = g.node(id);
+      if (n.removed || !IsWindowPool(g, n)) continue;
+      const bool in = channels_last.count(n.inputs[0]) > 0;
+      const bool out = channels_last.count(n.outputs[0]) > 0;
+      if (in != out) {
+        channels_last.erase(n.inputs[0]);
+        channels_last.erase(n.outputs[0]);
+        changed = true;
       }
-      all_convs = all_convs && ok;
     }
-    if (all_convs) channels_last.insert(y);
   }
   int marked_values = static_cast<int>(channels_last.size());
   int changed_nodes = 0;
@@ -116,7 +145,7 @@ absl::Status ChannelsLastConvLayout(Graph& g, PassContext& ctx) {
       changed |= SetFlag(n, "y_channels_last", channels_last.count(n.outputs[0]) > 0);
       changed |= SetFlag(n, "residual_channels_last",
                          residual >= 0 && channels_last.count(n.inputs[residual]) > 0);
-    } else if (IsGlobalPool(n)) {
+    } else if (IsGlobalPool(n) || IsWindowPool(g, n)) {
       changed |= SetFlag(n, "x_channels_last", channels_last.count(n.inputs[0]) > 0);
     } else {
       for (const char* attr : kLayoutAttrs) changed |= SetFlag(n, attr, false);

@@ -152,10 +152,13 @@ class PoolKernel : public OpKernel {
     }
     with_indices_ = outputs == 2;
     channels_last_ = node_.GetInt("x_channels_last", 0) != 0;
-    if (channels_last_ && (!global_ || kind_ == PoolKind::kLp || with_indices_ || spatial_ != 2)) {
+    const bool plain_window = global_ || (spatial_ == 2 && dilations_[0] == 1 && dilations_[1] == 1 &&
+                                          (kind_ == PoolKind::kMax || !count_include_pad_));
+    if (channels_last_ &&
+        (kind_ == PoolKind::kLp || with_indices_ || spatial_ != 2 || !plain_window)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          node_.Describe(), ": x_channels_last is supported by GlobalAveragePool and "
-                            "GlobalMaxPool on 4-D input only"));
+          node_.Describe(), ": x_channels_last is supported for 4-D max and average pooling "
+                            "without Indices, dilations or count_include_pad"));
     }
     return absl::OkStatus();
   }
@@ -184,6 +187,44 @@ class PoolKernel : public OpKernel {
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
+    if (channels_last_ && !global_) {
+      // NHWC bytes in and out: each tap is a contiguous row of C channels.
+      const int64_t channels = in_shape_.dim(1);
+      const int64_t ih = id[1], iw = id[2], oh = od[1], ow = od[2];
+      const bool max = kind_ == PoolKind::kMax;
+      ctx.ParallelFor(in_shape_.dim(0) * oh, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t b = row / oh, y = row % oh;
+          const float* in = xv + b * ih * iw * channels;
+          const int64_t h0 = std::max<int64_t>(0, y * s[1] - pb[1]);
+          const int64_t h1 = std::min<int64_t>(ih, y * s[1] - pb[1] + k[1]);
+          for (int64_t x = 0; x < ow; ++x) {
+            const int64_t w0 = std::max<int64_t>(0, x * s[2] - pb[2]);
+            const int64_t w1 = std::min<int64_t>(iw, x * s[2] - pb[2] + k[2]);
+            float* out = yv + ((b * oh + y) * ow + x) * channels;
+            for (int64_t c = 0; c < channels; ++c) {
+              out[c] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
+            }
+            for (int64_t h = h0; h < h1; ++h) {
+              for (int64_t w = w0; w < w1; ++w) {
+                const float* tap = in + (h * iw + w) * channels;
+                if (max) {
+                  for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], tap[c]);
+                } else {
+                  for (int64_t c = 0; c < channels; ++c) out[c] += tap[c];
+                }
+              }
+            }
+            if (!max) {
+              const int64_t count = (h1 - h0) * (w1 - w0);
+              const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+              for (int64_t c = 0; c < channels; ++c) out[c] *= scale;
+            }
+          }
+        }
+      });
+      return absl::OkStatus();
+    }
     if (channels_last_) {
       // [N, C, H, W] whose bytes are NHWC (after a channels-last conv chain): reduce the H*W
       // rows of C channels; the [N, C, 1, 1] result has the same bytes in either layout.
