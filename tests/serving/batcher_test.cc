@@ -136,10 +136,12 @@ struct Echo {
   }
 };
 
-BatchingOptions PaddingOptions() {
+// `max_batch_size`: the rows a test sends, so that its batch closes as soon as every request
+// arrived; the long timeout only matters when a test means to wait for it.
+BatchingOptions PaddingOptions(int64_t max_batch_size) {
   BatchingOptions options;
-  options.max_batch_size = 8;
-  options.batch_timeout_micros = 300000;  // long enough that both requests merge
+  options.max_batch_size = max_batch_size;
+  options.batch_timeout_micros = 5000000;
   options.num_batch_threads = 1;
   options.pad_variable_length_inputs = true;
   return options;
@@ -152,7 +154,7 @@ std::vector<T> Values(const Tensor& t) {
 
 TEST(BatcherTest, PadVariableLengthInputsPadsToTheLongestWithTheFirstElement) {
   Echo echo;
-  Batcher batcher(PaddingOptions(), std::ref(echo), "m", nullptr);
+  Batcher batcher(PaddingOptions(3), std::ref(echo), "m", nullptr);
   auto shorter = std::async(std::launch::async, [&] {
     return batcher.Run({{"x", Tensor::FromVector<int64_t>({7, 8}, Shape{1, 2})}});
   });
@@ -180,8 +182,9 @@ TEST(BatcherTest, PadVariableLengthInputsPadsToTheLongestWithTheFirstElement) {
 
 TEST(BatcherTest, PadVariableLengthInputsPadsEveryInnerDimensionAndStrings) {
   Echo echo;
-  BatchingOptions options = PaddingOptions();
+  BatchingOptions options = PaddingOptions(8);
   options.allowed_batch_sizes = {4, 8};
+  options.batch_timeout_micros = 1000000;  // 2 rows never fill 8: the timeout closes it
   Batcher batcher(options, std::ref(echo), "m", nullptr);
   // [1, 2, 2] and [1, 3, 1]: the batch is [2 -> 4 allowed, 3, 2].
   auto a = std::async(std::launch::async, [&] {
@@ -205,7 +208,7 @@ TEST(BatcherTest, PadVariableLengthInputsPadsEveryInnerDimensionAndStrings) {
   }
 
   Echo strings;
-  Batcher string_batcher(PaddingOptions(), std::ref(strings), "m", nullptr);
+  Batcher string_batcher(PaddingOptions(2), std::ref(strings), "m", nullptr);
   auto c = std::async(std::launch::async, [&] {
     return string_batcher.Run(
         {{"x", Tensor::FromVector<std::string>({"the", "cat", "sat"}, Shape{1, 3})}});
@@ -224,7 +227,9 @@ TEST(BatcherTest, PadVariableLengthInputsPadsEveryInnerDimensionAndStrings) {
 
 TEST(BatcherTest, PadVariableLengthInputsStillSeparatesRanksAndDtypes) {
   Echo echo;
-  Batcher batcher(PaddingOptions(), std::ref(echo), "m", nullptr);
+  BatchingOptions options = PaddingOptions(8);
+  options.batch_timeout_micros = 300000;
+  Batcher batcher(options, std::ref(echo), "m", nullptr);
   auto a = std::async(std::launch::async, [&] {
     return batcher.Run({{"x", Tensor::FromVector<float>({1, 2}, Shape{1, 2})}});
   });

@@ -223,8 +223,8 @@ TEST(ServerCoreTest, PadVariableLengthInputsMergesRequestsOfDifferentWidths) {
   ServingMetrics metrics;
   ServerCoreOptions options = NoPolling(&metrics);
   BatchingOptions batching;
-  batching.max_batch_size = 8;
-  batching.batch_timeout_micros = 300000;  // both requests land in one batch
+  batching.max_batch_size = 2;  // the batch closes when both requests are in
+  batching.batch_timeout_micros = 5000000;
   batching.num_batch_threads = 1;
   batching.pad_variable_length_inputs = true;
   options.batching = batching;
