@@ -408,6 +408,8 @@ class GridSampleKernel : public MathKernel {
 
   template <typename T>
   double SampleAt(const T* plane, int64_t height, int64_t width, double ix, double iy) const {
+    // A NaN or infinite grid point samples nothing (and must not reach an integer cast).
+    if (!std::isfinite(ix) || !std::isfinite(iy)) return 0;
     if (mode_ == 2) return Bicubic(plane, height, width, ix, iy);
     ix = Pad(ix, width);
     iy = Pad(iy, height);
