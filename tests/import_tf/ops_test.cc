@@ -297,6 +297,146 @@ TEST(TfOpsTest, GatherOneHotCumsumTopK) {
   ExpectNear(F((*out)[6]), {2, 2, 3, 4, 4, 4});
 }
 
+TEST(TfOpsTest, UnaryBinaryAndPassThroughOps) {
+  GraphBuilder b;
+  b.Placeholder("x", kF, {-1});
+  b.Const("x_default", Vec({4, 9}, Shape{2}));
+  b.Op("PlaceholderWithDefault", "unfed", {"x_default"}, {{"dtype", TypeAttr(kF)}});
+  b.Op("IdentityN", "pair", {"x", "unfed"});
+  b.Op("StopGradient", "stopped", {"pair:1"});
+  b.Op("Sqrt", "sqrt", {"stopped"});
+  b.Op("Rsqrt", "rsqrt", {"stopped"});
+  b.Op("Exp", "exp", {"x"});
+  b.Op("Log", "log", {"stopped"});
+  b.Op("Relu", "relu", {"pair"});
+  b.Op("Add", "add", {"x", "unfed"});
+  b.Op("Equal", "eq", {"x", "unfed"});
+  b.Op("GreaterEqual", "ge", {"x", "unfed"});
+  b.Op("LogicalOr", "or", {"eq", "ge"});
+  b.Op("Bucketize", "buckets", {"x"}, {{"boundaries", FloatsAttr({0, 4})}});
+  auto out = RunOps(b, {{"x", Vec({-1, 9}, Shape{2})}},
+                    {"sqrt", "rsqrt", "exp", "log", "relu", "add", "eq", "ge", "or", "buckets"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectNear(F((*out)[0]), {2, 3});
+  ExpectNear(F((*out)[1]), {0.5f, 1.f / 3});
+  ExpectNear(F((*out)[2]), {std::exp(-1.f), std::exp(9.f)}, 1e-1f);
+  ExpectNear(F((*out)[3]), {std::log(4.f), std::log(9.f)});
+  ExpectNear(F((*out)[4]), {0, 9});
+  ExpectNear(F((*out)[5]), {3, 18});
+  EXPECT_EQ(Values<bool>((*out)[6]), (std::vector<bool>{false, true}));
+  EXPECT_EQ(Values<bool>((*out)[7]), (std::vector<bool>{false, true}));
+  EXPECT_EQ(Values<bool>((*out)[8]), (std::vector<bool>{false, true}));
+  EXPECT_EQ(Values<int32_t>((*out)[9]), (std::vector<int32_t>{0, 2}));
+}
+
+TEST(TfOpsTest, SplitVPadsAndBroadcast) {
+  GraphBuilder b;
+  b.Placeholder("x", kF, {-1, 3});
+  b.Const("sizes", I32({-1, 1}));  // one -1 takes the rest
+  b.Const("axis", Tensor::Scalar<int32_t>(1));
+  b.Op("SplitV", "split", {"x", "sizes", "axis"}, {{"num_split", IntAttr(2)}});
+  b.Const("pads", Tensor::FromVector<int32_t>({0, 0, 1, 2}, Shape{2, 2}));
+  b.Const("nine", Tensor::Scalar<float>(9.f));
+  b.Op("PadV2", "padded", {"x", "pads", "nine"});
+  b.Op("MirrorPad", "reflect", {"x", "pads"}, {{"mode", StringAttr("REFLECT")}});
+  b.Op("MirrorPad", "symmetric", {"x", "pads"}, {{"mode", StringAttr("SYMMETRIC")}});
+  b.Const("row", Vec({1, 2, 3}, Shape{3}));
+  b.Const("shape", I32({2, 3}));
+  b.Op("BroadcastTo", "broadcast", {"row", "shape"});
+  auto out = RunOps(b, {{"x", Vec({1, 2, 3, 4, 5, 6}, Shape{2, 3})}},
+                    {"split:0", "split:1", "padded", "reflect", "symmetric", "broadcast"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 2}));
+  ExpectNear(F((*out)[0]), {1, 2, 4, 5});
+  ExpectNear(F((*out)[1]), {3, 6});
+  ExpectNear(F((*out)[2]), {9, 1, 2, 3, 9, 9, 9, 4, 5, 6, 9, 9});
+  ExpectNear(F((*out)[3]), {2, 1, 2, 3, 2, 1, 5, 4, 5, 6, 5, 4});
+  ExpectNear(F((*out)[4]), {1, 1, 2, 3, 3, 2, 4, 4, 5, 6, 6, 5});
+  ExpectNear(F((*out)[5]), {1, 2, 3, 1, 2, 3});
+}
+
+// The gradient of a VALID 2x2 convolution of ones: each input counts the windows covering it.
+TEST(TfOpsTest, Conv2DBackpropInputCountsWindows) {
+  GraphBuilder b;
+  b.Placeholder("dy", kF, {1, 2, 2, 1});
+  b.Const("sizes", I32({1, 3, 3, 1}));
+  b.Const("filter", Vec({1, 1, 1, 1}, Shape{2, 2, 1, 1}));
+  b.Op("Conv2DBackpropInput", "dx", {"sizes", "filter", "dy"},
+       {{"strides", IntsAttr({1, 1, 1, 1})}, {"padding", StringAttr("VALID")}});
+  auto out = RunOps(b, {{"dy", Vec({1, 1, 1, 1}, Shape{1, 2, 2, 1})}}, {"dx"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), (Shape{1, 3, 3, 1}));
+  ExpectNear(F((*out)[0]), {1, 2, 1, 2, 4, 2, 1, 2, 1});
+}
+
+// Keras RNN loops keep their per-step tensors in TensorLists.
+TEST(TfOpsTest, TensorListsRoundTrip) {
+  GraphBuilder b;
+  b.Placeholder("x", kF, {3, 2});
+  b.Const("element_shape", I32({2}));
+  b.Op("TensorListFromTensor", "list", {"x", "element_shape"},
+       {{"element_dtype", TypeAttr(kF)}, {"shape_type", TypeAttr(DType::kInt32)}});
+  b.Const("one", Tensor::Scalar<int32_t>(1));
+  b.Op("TensorListGetItem", "item", {"list", "one", "element_shape"},
+       {{"element_dtype", TypeAttr(kF)}});
+  b.Op("TensorListLength", "length", {"list"});
+  b.Const("three", Tensor::Scalar<int32_t>(3));
+  b.Op("TensorListReserve", "reserved", {"element_shape", "three"},
+       {{"element_dtype", TypeAttr(kF)}, {"shape_type", TypeAttr(DType::kInt32)}});
+  b.Const("zero", Tensor::Scalar<int32_t>(0));
+  b.Const("two", Tensor::Scalar<int32_t>(2));
+  b.Op("TensorListSetItem", "set0", {"reserved", "zero", "item"},
+       {{"element_dtype", TypeAttr(kF)}});
+  b.Op("TensorListGetItem", "last", {"list", "two", "element_shape"},
+       {{"element_dtype", TypeAttr(kF)}});
+  b.Op("TensorListSetItem", "set2", {"set0", "two", "last"}, {{"element_dtype", TypeAttr(kF)}});
+  b.Op("TensorListSetItem", "set1", {"set2", "one", "item"}, {{"element_dtype", TypeAttr(kF)}});
+  b.Op("TensorListStack", "stacked", {"set1", "element_shape"},
+       {{"element_dtype", TypeAttr(kF)}, {"num_elements", IntAttr(3)}});
+  auto out = RunOps(b, {{"x", Vec({1, 2, 3, 4, 5, 6}, Shape{3, 2})}},
+                    {"item", "length", "stacked"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectNear(F((*out)[0]), {3, 4});
+  EXPECT_EQ(Values<int32_t>((*out)[1]), (std::vector<int32_t>{3}));
+  EXPECT_EQ((*out)[2].shape(), (Shape{3, 2}));
+  ExpectNear(F((*out)[2]), {3, 4, 3, 4, 5, 6});
+}
+
+TEST(TfOpsTest, ParseSingleExampleScalarInput) {
+  GraphBuilder b;
+  b.Placeholder("serialized", DType::kString, {});
+  b.Const("default_x", Vec({-1, -1}, Shape{2}));
+  tensorflow::AttrValue shapes, dtypes, stypes, dense_keys, sparse_keys;
+  auto* shape = shapes.mutable_list()->add_shape();
+  shape->add_dim()->set_size(2);
+  dtypes.mutable_list()->add_type(tensorflow::DT_FLOAT);
+  stypes.mutable_list()->add_type(tensorflow::DT_INT64);
+  dense_keys.mutable_list()->add_s("x");
+  sparse_keys.mutable_list()->add_s("ids");
+  b.Op("ParseSingleExample", "parse", {"serialized", "default_x"},
+       {{"num_sparse", IntAttr(1)}, {"sparse_keys", sparse_keys}, {"dense_keys", dense_keys},
+        {"sparse_types", stypes}, {"Tdense", dtypes}, {"dense_shapes", shapes}});
+  tensorflow::Example e;
+  auto& features = *e.mutable_features()->mutable_feature();
+  features["x"].mutable_float_list()->add_value(0.5f);
+  features["x"].mutable_float_list()->add_value(1.5f);
+  features["ids"].mutable_int64_list()->add_value(7);
+  features["ids"].mutable_int64_list()->add_value(11);
+  features["ids"].mutable_int64_list()->add_value(13);
+  auto out = RunOps(b, {{"serialized", Tensor::Scalar<std::string>(e.SerializeAsString())}},
+                    {"parse:0", "parse:1", "parse:2", "parse:3"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  // A single example's sparse indices are 1-D positions: [3, 1].
+  EXPECT_EQ(Values<int64_t>((*out)[0]), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(Values<int64_t>((*out)[1]), (std::vector<int64_t>{7, 11, 13}));
+  EXPECT_EQ(Values<int64_t>((*out)[2]), (std::vector<int64_t>{3}));
+  EXPECT_EQ((*out)[3].shape(), (Shape{2}));
+  ExpectNear(F((*out)[3]), {0.5f, 1.5f});
+  auto empty = RunOps(b, {{"serialized", Tensor::Scalar<std::string>("")}}, {"parse:3"});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ExpectNear(F((*empty)[0]), {-1, -1});
+}
+
 TEST(TfOpsTest, FillRangeZerosLikeWhere) {
   GraphBuilder b;
   b.Placeholder("x", kF, {-1});
@@ -557,10 +697,15 @@ TEST(TfOpsTest, FunctionCallsAndIf) {
   b.Op("StatelessIf", "if", {"p", "call"},
        {{"then_branch", FuncAttr("times5")}, {"else_branch", FuncAttr("times3")},
         {"Tcond", TypeAttr(DType::kBool)}});
+  b.Op("If", "stateful_if", {"p", "x"},
+       {{"then_branch", FuncAttr("times3")}, {"else_branch", FuncAttr("times5")},
+        {"Tcond", TypeAttr(DType::kBool)}});
   for (bool p : {true, false}) {
-    auto out = RunOps(b, {{"x", Vec({1, 2}, Shape{2})}, {"p", Tensor::Scalar<bool>(p)}}, {"if"});
+    auto out = RunOps(b, {{"x", Vec({1, 2}, Shape{2})}, {"p", Tensor::Scalar<bool>(p)}},
+                      {"if", "stateful_if"});
     ASSERT_TRUE(out.ok()) << out.status();
     ExpectNear(F((*out)[0]), p ? std::vector<float>{15, 30} : std::vector<float>{9, 18});
+    ExpectNear(F((*out)[1]), p ? std::vector<float>{3, 6} : std::vector<float>{5, 10});
   }
 }
 
@@ -625,10 +770,14 @@ TEST(TfOpsTest, WhileLoopCountsDown) {
   b.Placeholder("acc", kF, {-1});
   b.Const("i0", Tensor::Scalar<int32_t>(2));
   b.Op("StatelessWhile", "loop", {"i0", "acc"}, {{"cond", FuncAttr("cond")}, {"body", FuncAttr("body")}});
-  auto out = RunOps(b, {{"acc", Vec({1, -0.5f}, Shape{2})}}, {"loop:0", "loop:1"});
+  b.Op("While", "stateful_loop", {"i0", "acc"},
+       {{"cond", FuncAttr("cond")}, {"body", FuncAttr("body")}});
+  auto out = RunOps(b, {{"acc", Vec({1, -0.5f}, Shape{2})}},
+                    {"loop:0", "loop:1", "stateful_loop:1"});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Values<int32_t>((*out)[0]), (std::vector<int32_t>{5}));
   ExpectNear(F((*out)[1]), {8, -4});
+  ExpectNear(F((*out)[2]), {8, -4});
 }
 
 TEST(TfOpsTest, ParseExampleDenseAndSparse) {

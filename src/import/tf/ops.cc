@@ -578,9 +578,13 @@ TF_OP("SplitV") {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, c.ConstInts(1));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axis, c.ConstInts(2));
   if (axis.size() != 1 || sizes.empty()) return c.Error("bad axis or size_splits");
+  // One -1 takes the rest (the Split kernel infers it at run time, as TensorFlow does).
+  int inferred = 0;
   for (int64_t s : sizes) {
-    if (s < 0) return c.Unsupported("SplitV with an inferred (-1) size");
+    if (s < -1) return c.Error(absl::StrCat("size_splits holds ", s));
+    inferred += s == -1;
   }
+  if (inferred > 1) return c.Error("size_splits holds more than one -1");
   c.SetOutputs(c.EmitN("Split", {c.input(0), c.ConstI64(sizes)}, static_cast<int>(sizes.size()),
                        {{"axis", axis[0]}}));
   return absl::OkStatus();
@@ -751,13 +755,11 @@ TF_OP("Pad", "PadV2") {
 TF_OP("MirrorPad") {
   KILN_RETURN_IF_ERROR(NeedInputs(c, 2));
   const std::string mode = c.AttrString("mode", "REFLECT");
-  if (mode == "REFLECT") {
-    c.SetOutput(c.Emit("Pad", {c.input(0), OnnxPads(c, c.input(1))},
-                       {{"mode", std::string("reflect")}}));
-  } else {
-    c.SetOutput(c.Emit("MirrorPad", {c.input(0), OnnxPads(c, c.input(1))},
-                       {{"mode", std::string("symmetric")}}, "kiln"));
+  if (mode != "REFLECT" && mode != "SYMMETRIC") {
+    return c.Error(absl::StrCat("unknown mode '", mode, "'"));
   }
+  // kiln::MirrorPad is TensorFlow's op: paddings [rank, 2] and the mode spelt as TF does.
+  c.SetOutput(c.Emit("MirrorPad", {c.input(0), c.ToInt64(c.input(1))}, {{"mode", mode}}, "kiln"));
   return absl::OkStatus();
 } END_OP;
 
