@@ -7,7 +7,9 @@
 // tensor_content as TF's make_tensor_proto does.
 // --sequential=N instead measures one connection's first Predict (after one GetModelStatus
 // call on that connection) and the p50 of the N requests after it (the warmup figure: first
-// request vs steady state).
+// request vs steady state). --after_first=CMD runs CMD (a shell command) right after the first
+// Predict, before the others: run_warmup_bench.sh scrapes the server's metrics there, to tell
+// the server's share of the first request's time from the client's and the connection's.
 // Output: one line of key=value pairs; exit code 1 when any request failed.
 #include <grpcpp/grpcpp.h>
 
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -40,6 +43,7 @@ double Percentile(std::vector<double> values, double p) {
 
 int main(int argc, char** argv) {
   std::string target = "127.0.0.1:8500", model = "half_plus_two", input = "x", signature;
+  std::string after_first;
   std::vector<int64_t> row_shape = {1};
   int connections = 1, rows = 3, sequential = 0;
   double seconds = 10, warmup_seconds = 0;
@@ -65,6 +69,8 @@ int main(int argc, char** argv) {
       seconds = std::atof(v);
     else if (auto v = value("warmup_seconds"))
       warmup_seconds = std::atof(v);
+    else if (auto v = value("after_first"))
+      after_first = v;
     else if (auto v = value("sequential"))
       sequential = std::atoi(v);
     else if (auto v = value("shape")) {
@@ -141,6 +147,10 @@ int main(int argc, char** argv) {
       latencies.push_back(Micros(Clock::now() - t0));
       if (!status.ok()) {
         if (errors++ == 0) first_error = status.error_message();
+      }
+      if (i == 0 && !after_first.empty() && std::system(after_first.c_str()) != 0) {
+        std::fprintf(stderr, "--after_first command failed: %s\n", after_first.c_str());
+        return 1;
       }
     }
     const double first = latencies[0];

@@ -41,12 +41,20 @@ model_config_list { config { name: "m" base_path: "$work/m" model_platform: "onn
 CONFIG
 fi
 
+echo 'prometheus_config { enable: true path: "/metrics" }' > "$work/monitoring.config"
+# The server's own request_latency sum (gRPC predict) for model m, in microseconds.
+server_us() {
+  awk '/^:tensorflow:serving:request_latency_sum\{model_name="m",API="predict",entrypoint="GRPC"/ {
+    print $2 }' "$1"
+}
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)  cores: $(nproc)"
 for warmup in true false; do
 for trial in $(seq 1 "$trials"); do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  rest=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   : > "$work/serve.log"
-  "$kiln" serve --port="$port" --model_config_file="$work/models.config" \
+  "$kiln" serve --port="$port" --rest_api_port="$rest" --model_config_file="$work/models.config" \
+    --monitoring_config_file="$work/monitoring.config" \
     --enable_model_warmup=$warmup ${KILN_SERVE_FLAGS:-} > "$work/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 600); do
@@ -54,13 +62,19 @@ for trial in $(seq 1 "$trials"); do
     sleep 0.1
   done
   line=$("$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
-    --input="$input" --shape="$row_shape" --rows=1 --sequential="$requests") \
+    --input="$input" --shape="$row_shape" --rows=1 --sequential="$requests" \
+    --after_first="curl -s http://127.0.0.1:$rest/metrics > $work/after_first.txt") \
     || { echo "$line"; cat "$work/serve.log"; exit 1; }
+  # Inside the server: the first request's time, and the mean of the ones after it.
+  curl -s "http://127.0.0.1:$rest/metrics" > "$work/after_all.txt"
+  server_first=$(server_us "$work/after_first.txt")
+  server_mean=$(python3 -c "print(($(server_us "$work/after_all.txt") - $server_first) / $requests)")
   # A second client on the now warm server: its first request shows what any new connection's
   # first request costs, warm or not (client-side first-call paths, HTTP/2 stream setup).
   again=$("$build/bench/serving/serving_grpc_load" --target="127.0.0.1:$port" --model=m \
     --input="$input" --shape="$row_shape" --rows=1 --sequential=100 | sed -n 's/.*first_us=\([0-9]*\).*/\1/p')
   echo "enable_model_warmup=$warmup trial $trial: $line second_client_first_us=$again" \
+    "server_first_us=$server_first server_mean_us=$server_mean" \
     | tee -a "$work/results.txt"
   kill -TERM $server
   wait $server
@@ -81,5 +95,6 @@ for setting, values in rows.items():
     med = lambda key: statistics.median(float(v[key]) for v in values)
     print(f"{setting}: median over {len(values)} trials: first_us={med('first_us'):.0f} "
           f"p50_us={med('p50_us'):.0f} first_over_p50={med('first_over_p50'):.2f} "
-          f"second_client_first_us={med('second_client_first_us'):.0f}")
+          f"second_client_first_us={med('second_client_first_us'):.0f} "
+          f"server_first_us={med('server_first_us'):.0f} server_mean_us={med('server_mean_us'):.0f}")
 PY
