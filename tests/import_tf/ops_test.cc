@@ -947,5 +947,29 @@ TEST(TfOpsTest, SupportedOpListIsDocumented) {
   EXPECT_TRUE(missing.empty()) << "not in docs/SAVEDMODEL.md: " << absl::StrJoin(missing, ", ");
 }
 
+// Embedding lookups read rows of a resource variable (restored from the checkpoint).
+TEST(TfOpsTest, ResourceGatherReadsVariableRows) {
+  GraphBuilder b;
+  b.Placeholder("ids", DType::kInt64, {-1});
+  b.Variable("embedding", "embedding/.ATTRIBUTES/VARIABLE_VALUE", kF);
+  b.Op("ResourceGather", "rows", {"embedding", "ids"},
+       {{"dtype", TypeAttr(kF)}, {"Tindices", TypeAttr(DType::kInt64)}});
+  const std::string dir = testing::TempDir("resource_gather");
+  testing::SignatureSpec sig;
+  sig.inputs["ids"] = {"ids:0", DType::kInt64, {-1}};
+  sig.outputs["rows"] = {"rows:0", kF, {-1, 2}};
+  ASSERT_TRUE(testing::WriteSavedModel(dir, b, {sig},
+                                       {{"embedding/.ATTRIBUTES/VARIABLE_VALUE",
+                                         Vec({0, 1, 10, 11, 20, 21}, Shape{3, 2})}})
+                  .ok());
+  auto model = ImportSavedModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto out = testing::RunSignature(model->signatures[0],
+                                   {Tensor::FromVector<int64_t>({2, 0, 2})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), (Shape{3, 2}));
+  ExpectNear(F((*out)[0]), {20, 21, 0, 1, 20, 21});
+}
+
 }  // namespace
 }  // namespace kiln::import::tf
