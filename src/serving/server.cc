@@ -237,8 +237,9 @@ int RunServer(const ServeFlags& flags) {
   if (config_thread.joinable()) config_thread.join();
   // Both front ends stop accepting at once, then let what is in flight finish.
   const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
-  std::atomic<bool> grpc_stopped{false};
+  std::atomic<bool> grpc_stopping{false}, grpc_stopped{false};
   std::thread grpc_stopper([&] {
+    grpc_stopping = true;
     grpc_server->Shutdown(grace);
     grpc_stopped = true;
   });
@@ -249,7 +250,8 @@ int RunServer(const ServeFlags& flags) {
     auto quiet_since = std::chrono::steady_clock::now();
     while (!grpc_stopped.load() && std::chrono::system_clock::now() < grace) {
       const auto now = std::chrono::steady_clock::now();
-      if (rpc_counter.active() > 0) {
+      // Cancelling is only meant for a server already shutting down (no new calls).
+      if (rpc_counter.active() > 0 || !grpc_stopping.load()) {
         quiet_since = now;
       } else if (now - quiet_since >= std::chrono::milliseconds(200)) {
         grpc_server_cancel_all_calls(grpc_server->c_server());
