@@ -203,5 +203,72 @@ TEST(OnnxTwinTest, ConvSameStride2PoolSoftmaxMatch) {
   ExpectSame((*tf)[0], Transpose4((*onnx)[0], {0, 2, 3, 1}));
 }
 
+// MobileNet-style block: DepthwiseConv2dNative (multiplier 2) + FusedBatchNormV3 (inference) +
+// AvgPool SAME (TF averages over the valid cells only) against a grouped Conv,
+// BatchNormalization and AveragePool with count_include_pad = 0.
+TEST(OnnxTwinTest, DepthwiseBatchNormAvgPoolMatch) {
+  const Tensor x_nhwc = RandomFloats(Shape{1, 4, 4, 3}, 7);
+  const Tensor w = RandomFloats(Shape{3, 3, 3, 2}, 8);  // [H, W, Cin, multiplier]
+  Tensor scale = RandomFloats(Shape{6}, 9), offset = RandomFloats(Shape{6}, 10);
+  Tensor mean = RandomFloats(Shape{6}, 11), variance = RandomFloats(Shape{6}, 12);
+  for (float& v : variance.span<float>()) v = std::abs(v) + 0.1f;
+  GraphBuilder b;
+  b.Placeholder("x", DType::kFloat32, {-1, 4, 4, 3});
+  b.Const("w", w);
+  for (const auto& [name, t] : {std::pair<const char*, Tensor>{"scale", scale}, {"offset", offset},
+                                {"mean", mean}, {"variance", variance}}) {
+    b.Const(name, t);
+  }
+  b.Op("DepthwiseConv2dNative", "dw", {"x", "w"},
+       {{"strides", IntsAttr({1, 1, 1, 1})}, {"padding", StringAttr("VALID")},
+        {"T", TypeAttr(DType::kFloat32)}});
+  b.Op("FusedBatchNormV3", "bn", {"dw", "scale", "offset", "mean", "variance"},
+       {{"epsilon", testing::FloatAttr(0.001f)}, {"is_training", testing::BoolAttr(false)},
+        {"T", TypeAttr(DType::kFloat32)}});
+  b.Op("AvgPool", "y", {"bn"},
+       {{"ksize", IntsAttr({1, 2, 2, 1})}, {"strides", IntsAttr({1, 1, 1, 1})},
+        {"padding", StringAttr("SAME")}, {"T", TypeAttr(DType::kFloat32)}});
+  auto tf = RunTf(b, "depthwise", {{"x", x_nhwc}}, {"y"});
+  ASSERT_TRUE(tf.ok()) << tf.status();
+  ASSERT_EQ((*tf)[0].shape(), (Shape{1, 2, 2, 6}));
+
+  // [H, W, Cin, mult] -> [Cin * mult, 1, H, W]: output channel c * mult + m, as TF orders it.
+  Tensor w_onnx(DType::kFloat32, Shape{6, 1, 3, 3});
+  for (int c = 0; c < 3; ++c) {
+    for (int m = 0; m < 2; ++m) {
+      for (int h = 0; h < 3; ++h) {
+        for (int x = 0; x < 3; ++x) {
+          w_onnx.data<float>()[((c * 2 + m) * 3 + h) * 3 + x] =
+              w.data<float>()[((h * 3 + x) * 3 + c) * 2 + m];
+        }
+      }
+    }
+  }
+  OnnxModel m;
+  m.Input("x", {1, 3, 4, 4});
+  m.Initializer("w", w_onnx);
+  m.Initializer("scale", scale);
+  m.Initializer("offset", offset);
+  m.Initializer("mean", mean);
+  m.Initializer("variance", variance);
+  auto* conv = m.Node("Conv", {"x", "w"}, "dw");
+  OnnxModel::Int(conv, "group", 3);
+  OnnxModel::Ints(conv, "kernel_shape", {3, 3});
+  auto* bn = m.Node("BatchNormalization", {"dw", "scale", "offset", "mean", "variance"}, "bn");
+  auto* eps = bn->add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(onnx::AttributeProto::FLOAT);
+  eps->set_f(0.001f);
+  // SAME with a 2x2 window and stride 1 pads the end only.
+  auto* pool = m.Node("AveragePool", {"bn"}, "y");
+  OnnxModel::Ints(pool, "kernel_shape", {2, 2});
+  OnnxModel::Ints(pool, "pads", {0, 0, 1, 1});
+  OnnxModel::Int(pool, "count_include_pad", 0);
+  m.Output("y");
+  auto onnx = m.Run({Transpose4(x_nhwc, {0, 3, 1, 2})});
+  ASSERT_TRUE(onnx.ok()) << onnx.status();
+  ExpectSame((*tf)[0], Transpose4((*onnx)[0], {0, 2, 3, 1}), 1e-4f);
+}
+
 }  // namespace
 }  // namespace kiln::import::tf
