@@ -139,6 +139,66 @@ TEST(ConvTransposeTest, Stride2MatchesScatterReference) {
   ExpectClose((*out)[0], expected);
 }
 
+// ONNX's test_convtranspose_output_shape: output_shape [10, 8] is one row and one column larger
+// than the full result, so the padding is negative at the end (a zero row and column there);
+// oneDNN has no deconvolution for it and the kernel falls back to its direct loop.
+TEST(ConvTransposeTest, OutputShapeLargerThanFullResultAppendsZeros) {
+  Tensor x(DType::kFloat32, Shape{1, 1, 3, 3});
+  for (int i = 0; i < 9; ++i) x.data<float>()[i] = static_cast<float>(i);
+  Tensor w(DType::kFloat32, Shape{1, 2, 3, 3});
+  for (float& v : w.span<float>()) v = 1.0f;
+  auto out = RunKernel(
+      "ConvTranspose", {x, w},
+      {{"strides", std::vector<int64_t>{3, 2}}, {"output_shape", std::vector<int64_t>{10, 8}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const std::vector<float> rows[4] = {{0, 0, 1, 1, 3, 2, 2, 0},
+                                      {3, 3, 7, 4, 9, 5, 5, 0},
+                                      {6, 6, 13, 7, 15, 8, 8, 0},
+                                      {0, 0, 0, 0, 0, 0, 0, 0}};
+  std::vector<float> expected;
+  for (int channel = 0; channel < 2; ++channel)
+    for (int r = 0; r < 10; ++r)
+      expected.insert(expected.end(), rows[std::min(r / 3, 3)].begin(),
+                      rows[std::min(r / 3, 3)].end());
+  ExpectClose((*out)[0], Tensor::FromVector<float>(expected, Shape{1, 2, 10, 8}));
+}
+
+// The fallback with groups, dilations, bias and padding negative at both ends (output_shape two
+// larger than the full result) against a scatter written from the ONNX definition.
+TEST(ConvTransposeTest, NegativePadsWithGroupsAndDilationsMatchScatter) {
+  const int64_t c = 4, m = 6, group = 2, h = 3, wd = 4, k = 2, s = 2, dil = 2;
+  Tensor x = Random(Shape{2, c, h, wd}, 31), w = Random(Shape{c, m / group, k, k}, 32);
+  Tensor b = Random(Shape{m}, 33);
+  const int64_t full_h = s * (h - 1) + (k - 1) * dil + 1, full_w = s * (wd - 1) + (k - 1) * dil + 1;
+  const int64_t oh = full_h + 2, ow = full_w + 2;  // total padding -2: one each side
+  auto out = RunKernel("ConvTranspose", {x, w, b},
+                       {{"strides", std::vector<int64_t>{s, s}},
+                        {"dilations", std::vector<int64_t>{dil, dil}},
+                        {"group", group},
+                        {"output_shape", std::vector<int64_t>{oh, ow}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  Tensor expected = Tensor::Zeros(DType::kFloat32, Shape{2, m, oh, ow});
+  const int64_t cg = c / group, mg = m / group;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t om = 0; om < m; ++om) {
+      for (int64_t i = 0; i < oh * ow; ++i) {
+        expected.data<float>()[(n * m + om) * oh * ow + i] = b.data<float>()[om];
+      }
+      const int64_t g = om / mg;
+      for (int64_t ic = g * cg; ic < (g + 1) * cg; ++ic)
+        for (int64_t iy = 0; iy < h; ++iy)
+          for (int64_t ix = 0; ix < wd; ++ix)
+            for (int64_t ky = 0; ky < k; ++ky)
+              for (int64_t kx = 0; kx < k; ++kx) {
+                const int64_t oy = iy * s + ky * dil + 1, ox = ix * s + kx * dil + 1;
+                expected.data<float>()[((n * m + om) * oh + oy) * ow + ox] +=
+                    x.data<float>()[((n * c + ic) * h + iy) * wd + ix] *
+                    w.data<float>()[((ic * mg + om % mg) * k + ky) * k + kx];
+              }
+    }
+  ExpectClose((*out)[0], expected);
+}
+
 Tensor ReferenceMatMul(const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t k, int64_t n,
                        bool b_shared) {
   Tensor y = Tensor::Zeros(DType::kFloat32, Shape{batch * m * n});
@@ -218,6 +278,40 @@ TEST(PoolTest, MaxPoolCeilModeAndIndices) {
   EXPECT_EQ((*out)[0].shape(), (Shape{1, 1, 2, 2}));
   EXPECT_TRUE(TensorsEqual((*out)[0], Tensor::FromVector<float>({10, 11, 14, 15}, Shape{1, 1, 2, 2})));
   EXPECT_TRUE(TensorsEqual((*out)[1], Tensor::FromVector<int64_t>({10, 11, 14, 15}, Shape{1, 1, 2, 2})));
+}
+
+// Integer MaxPool keeps the input dtype and is exact (ONNX test_maxpool_2d_uint8 is this op
+// on uint8; int64 values beyond float's 24-bit mantissa show no rounding through float).
+TEST(PoolTest, MaxPoolIntegerTypesKeepDtypeAndExactValues) {
+  Tensor u8 = Tensor::FromVector<uint8_t>({1, 200, 3, 4, 255, 6, 7, 8, 9}, Shape{1, 1, 3, 3});
+  auto out = RunKernel(
+      "MaxPool", {u8},
+      {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{0, 0, 1, 1}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(TensorsEqual((*out)[0], Tensor::FromVector<uint8_t>(
+                                          {255, 255, 6, 255, 255, 9, 8, 9, 9}, Shape{1, 1, 3, 3})));
+
+  Tensor i8 = Tensor::FromVector<int8_t>({-128, -5, -7, -100}, Shape{1, 1, 4});
+  auto with_indices =
+      RunKernel("MaxPool", {i8},
+                {{"kernel_shape", std::vector<int64_t>{2}}, {"strides", std::vector<int64_t>{2}}},
+                {.num_outputs = 2});
+  ASSERT_TRUE(with_indices.ok()) << with_indices.status();
+  EXPECT_TRUE(
+      TensorsEqual((*with_indices)[0], Tensor::FromVector<int8_t>({-5, -7}, Shape{1, 1, 2})));
+  EXPECT_TRUE(
+      TensorsEqual((*with_indices)[1], Tensor::FromVector<int64_t>({1, 2}, Shape{1, 1, 2})));
+
+  const int64_t big = (int64_t{1} << 53) + 1;
+  Tensor i64 = Tensor::FromVector<int64_t>({big - 2, big, -big, big - 1}, Shape{1, 2, 2});
+  auto global = RunKernel("GlobalMaxPool", {i64});
+  ASSERT_TRUE(global.ok()) << global.status();
+  EXPECT_TRUE(
+      TensorsEqual((*global)[0], Tensor::FromVector<int64_t>({big, big - 1}, Shape{1, 2, 1})));
+
+  auto average = RunKernel("AveragePool", {u8}, {{"kernel_shape", std::vector<int64_t>{2, 2}}});
+  ASSERT_FALSE(average.ok());
+  EXPECT_NE(average.status().message().find("uint8"), std::string::npos) << average.status();
 }
 
 TEST(PoolTest, AveragePoolCountIncludePad) {

@@ -57,11 +57,6 @@ constexpr double kMinPassRate = 0.95;
 // Cases expected to fail although every operator they use has a kernel, with the reason.
 const std::map<std::string, std::string>& KnownFailures() {
   static const std::map<std::string, std::string> known = {
-      // ConvTranspose with output_shape and dilations: oneDNN has no dilated deconvolution
-      // descriptor for this case; the kernel needs its own loop.
-      {"test_convtranspose_output_shape", "dilated deconvolution (oneDNN)"},
-      // MaxPool kernel is float-only.
-      {"test_maxpool_2d_uint8", "MaxPool on uint8"},
       // onnx 1.12 made its float->bfloat16 reference by truncating the mantissa; Kiln rounds
       // to nearest even, as TensorFlow and oneDNN do.
       {"test_cast_FLOAT_to_BFLOAT16", "reference truncates instead of rounding"},

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
+#include "nn_conv_transpose_ref.h"
 #include "nn_dnnl.h"
 
 namespace kiln::kernels::nn {
@@ -67,11 +68,14 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
       if (!output_shape.empty()) {
         out = output_shape[output_shape.size() - spatial + i];
         const int64_t total = g.strides[i] * (in - 1) + op + k_eff - out;
+        // ONNX halves with floor division: an output_shape one larger than the full result
+        // (total -1) pads the end, not the start.
+        const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
         if (auto_pad == "SAME_UPPER") {
-          pb = total / 2;
+          pb = half;
           pe = total - pb;
         } else {
-          pe = total / 2;
+          pe = half;
           pb = total - pe;
         }
       } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
@@ -109,6 +113,7 @@ class ConvKernel : public OpKernel {
 
  private:
   absl::Status PrepareImpl(PrepareContext& ctx) {
+    reference_.reset();
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
     const bool has_residual = !post_ops_.empty() &&
                               std::any_of(post_ops_.begin(), post_ops_.end(),
@@ -226,15 +231,32 @@ class ConvKernel : public OpKernel {
       scratch = pd.scratchpad_desc();
       primitive_ = dnnl::convolution_forward(pd);
     } else {
-      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                          dnnl::algorithm::deconvolution_direct, any_x, any_w,
-                                          bias_desc, any_y, strides, dil, pl, pr);
-      dnnl::deconvolution_forward::primitive_desc pd(d, attr, engine);
-      chosen_x = pd.src_desc();
-      chosen_w = pd.weights_desc();
-      chosen_y = pd.dst_desc();
-      scratch = pd.scratchpad_desc();
-      primitive_ = dnnl::deconvolution_forward(pd);
+      try {
+        dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                            dnnl::algorithm::deconvolution_direct, any_x, any_w,
+                                            bias_desc, any_y, strides, dil, pl, pr);
+        dnnl::deconvolution_forward::primitive_desc pd(d, attr, engine);
+        chosen_x = pd.src_desc();
+        chosen_w = pd.weights_desc();
+        chosen_y = pd.dst_desc();
+        scratch = pd.scratchpad_desc();
+        primitive_ = dnnl::deconvolution_forward(pd);
+      } catch (const dnnl::error&) {
+        // oneDNN has no deconvolution for this geometry (negative padding from output_shape):
+        // the direct loop, for plain layouts without fused post-ops.
+        if (!post_ops_.empty() || node_.GetInt("x_channels_last", 0) != 0 ||
+            node_.GetInt("y_channels_last", 0) != 0) {
+          throw;
+        }
+        reference_ = std::make_unique<ConvTransposeRefGeometry>(ConvTransposeRefGeometry{
+            n, c, m, group, std::vector<int64_t>(x.shape.dims().begin() + 2, x.shape.dims().end()),
+            g.kernel, g.out_spatial, g.strides, g.dilations, g.pads_begin});
+        ctx.scratch_bytes = 0;
+        ctx.SetNumOutputs(1);
+        ctx.output_dtypes[0] = DType::kFloat32;
+        ctx.output_shapes[0] = out_shape;
+        return absl::OkStatus();
+      }
     }
     scratch_desc_ = scratch;
     x_desc_ = chosen_x;
@@ -299,6 +321,12 @@ class ConvKernel : public OpKernel {
   }
 
   absl::Status ComputeImpl(ComputeContext& ctx) const {
+    if (reference_) {
+      ConvTransposeReference(*reference_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(),
+                             has_bias_ ? ctx.inputs[2].data<float>() : nullptr,
+                             ctx.outputs[0].data<float>(), ctx);
+      return absl::OkStatus();
+    }
     ScopedDnnlThreads threads(ctx.intra_op_threads);
     auto& engine = CpuEngine();
     auto& stream = ThreadStream();
@@ -360,6 +388,7 @@ class ConvKernel : public OpKernel {
   size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;
   std::unique_ptr<dnnl::memory> packed_w_;
   dnnl::primitive primitive_;
+  std::unique_ptr<ConvTransposeRefGeometry> reference_;  // set when oneDNN can't run it
   dnnl::reorder x_reorder_, y_reorder_, w_reorder_, residual_reorder_;
 };
 

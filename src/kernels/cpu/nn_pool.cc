@@ -68,10 +68,13 @@ class PoolKernel : public OpKernel {
 
   absl::Status Prepare(PrepareContext& ctx) override {
     const InputInfo& x = ctx.inputs[0];
-    if (x.dtype != DType::kFloat32) {
-      return absl::UnimplementedError(
-          absl::StrCat(node_.Describe(), ": only float input is supported, got ", DTypeName(x.dtype)));
+    if (x.dtype != DType::kFloat32 && !(kind_ == PoolKind::kMax && IsExactMaxDType(x.dtype))) {
+      return absl::UnimplementedError(absl::StrCat(
+          node_.Describe(), ": only float input is supported",
+          kind_ == PoolKind::kMax ? " (and double, int8/16/32/64, uint8/16/32/64)" : "", ", got ",
+          DTypeName(x.dtype)));
     }
+    dtype_ = x.dtype;
     if (x.shape.rank() < 3 || x.shape.rank() > 5) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": expects an N, C, spatial... input of rank 3 to 5; got ",
                                                      x.shape.ToString()));
@@ -144,7 +147,7 @@ class PoolKernel : public OpKernel {
                             ? 2
                             : 1;
     ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
-    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_dtypes[0] = dtype_;
     ctx.output_shapes[0] = out;
     if (node_.outputs.size() > 1) {
       ctx.output_dtypes[1] = DType::kInt64;
@@ -152,13 +155,15 @@ class PoolKernel : public OpKernel {
     }
     with_indices_ = outputs == 2;
     channels_last_ = node_.GetInt("x_channels_last", 0) != 0;
-    const bool plain_window = global_ || (spatial_ == 2 && dilations_[0] == 1 && dilations_[1] == 1 &&
-                                          (kind_ == PoolKind::kMax || !count_include_pad_));
-    if (channels_last_ &&
-        (kind_ == PoolKind::kLp || with_indices_ || spatial_ != 2 || !plain_window)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          node_.Describe(), ": x_channels_last is supported for 4-D max and average pooling "
-                            "without Indices, dilations or count_include_pad"));
+    const bool plain_window =
+        global_ || (spatial_ == 2 && dilations_[0] == 1 && dilations_[1] == 1 &&
+                    (kind_ == PoolKind::kMax || !count_include_pad_));
+    if (channels_last_ && (dtype_ != DType::kFloat32 || kind_ == PoolKind::kLp || with_indices_ ||
+                           spatial_ != 2 || !plain_window)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(),
+                       ": x_channels_last is supported for 4-D max and average pooling "
+                       "without Indices, dilations or count_include_pad"));
     }
     return absl::OkStatus();
   }
@@ -184,6 +189,31 @@ class PoolKernel : public OpKernel {
       s[off + i] = strides_[i];
       d[off + i] = dilations_[i];
       pb[off + i] = pads_begin_[i];
+    }
+    if (dtype_ != DType::kFloat32) {
+      switch (dtype_) {
+        case DType::kFloat64:
+          return MaxPoolExact<double>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kInt8:
+          return MaxPoolExact<int8_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kUInt8:
+          return MaxPoolExact<uint8_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kInt16:
+          return MaxPoolExact<int16_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kUInt16:
+          return MaxPoolExact<uint16_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kInt32:
+          return MaxPoolExact<int32_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kUInt32:
+          return MaxPoolExact<uint32_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kInt64:
+          return MaxPoolExact<int64_t>(ctx, id, od, k, s, d, pb, indices);
+        case DType::kUInt64:
+          return MaxPoolExact<uint64_t>(ctx, id, od, k, s, d, pb, indices);
+        default:
+          return absl::InternalError(
+              absl::StrCat(node_.Describe(), ": unexpected dtype ", DTypeName(dtype_)));
+      }
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
@@ -346,9 +376,76 @@ class PoolKernel : public OpKernel {
  private:
   int64_t PadEnd(int i) const { return pads_end_[i]; }
 
+  static bool IsExactMaxDType(DType t) {
+    switch (t) {
+      case DType::kFloat64:
+      case DType::kInt8:
+      case DType::kUInt8:
+      case DType::kInt16:
+      case DType::kUInt16:
+      case DType::kInt32:
+      case DType::kUInt32:
+      case DType::kInt64:
+      case DType::kUInt64:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Max pooling in the input's own type (output dtype = input dtype, no rounding through
+  // float, which would lose 32/64-bit integers): one loop nest over the 3-D padded geometry,
+  // with Indices and storage_order as in the float path.
+  template <typename T>
+  absl::Status MaxPoolExact(ComputeContext& ctx, const int64_t* id, const int64_t* od,
+                            const int64_t* k, const int64_t* s, const int64_t* d, const int64_t* pb,
+                            int64_t* indices) const {
+    const T* xv = ctx.inputs[0].data<T>();
+    T* yv = ctx.outputs[0].data<T>();
+    const int64_t in_plane = id[0] * id[1] * id[2], out_plane = od[0] * od[1] * od[2];
+    const int64_t planes = in_shape_.dim(0) * in_shape_.dim(1);
+    ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const T* in = xv + p * in_plane;
+        for (int64_t o0 = 0; o0 < od[0]; ++o0)
+          for (int64_t o1 = 0; o1 < od[1]; ++o1)
+            for (int64_t o2 = 0; o2 < od[2]; ++o2) {
+              T acc = std::numeric_limits<T>::lowest();
+              int64_t arg = -1;
+              for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+                const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
+                if (i0 < 0 || i0 >= id[0]) continue;
+                for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                  const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
+                  if (i1 < 0 || i1 >= id[1]) continue;
+                  for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                    const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
+                    if (i2 < 0 || i2 >= id[2]) continue;
+                    const int64_t flat = (i0 * id[1] + i1) * id[2] + i2;
+                    if (in[flat] > acc || arg < 0) {
+                      acc = in[flat];
+                      arg = flat;
+                    }
+                  }
+                }
+              }
+              const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
+              yv[p * out_plane + o] = acc;
+              if (indices != nullptr) {
+                int64_t idx = arg;
+                if (storage_order_ == 1 && spatial_ == 2) idx = (arg % id[2]) * id[1] + arg / id[2];
+                indices[p * out_plane + o] = p * in_plane + idx;
+              }
+            }
+      }
+    });
+    return absl::OkStatus();
+  }
+
   ir::Node node_;
   PoolKind kind_;
   bool global_;
+  DType dtype_ = DType::kFloat32;
   int spatial_ = 0;
   Shape in_shape_;
   std::vector<int64_t> kernel_, strides_, dilations_, pads_begin_, pads_end_, out_spatial_;
