@@ -105,6 +105,7 @@ class MatMulKernel : public OpKernel {
       b_batch_count *= b_batch[i];
       out_batch_count *= out_batch[i];
     }
+    work_macs_ = out_batch_count * m * n * k;
 
     // Bias ([N] or broadcastable C of Gemm) and residual.
     bias_index_ = -1;
@@ -229,7 +230,10 @@ class MatMulKernel : public OpKernel {
   }
 
   absl::Status ComputeImpl(ComputeContext& ctx) const {
-    ScopedDnnlThreads threads(ctx.intra_op_threads);
+    // Waking a sleeping OpenMP worker costs microseconds: a product this small (DLRM's
+    // batch-1 layers are 72K-131K multiply-adds) finishes sooner on the calling thread alone.
+    constexpr int64_t kSerialMacs = int64_t{1} << 18;
+    ScopedDnnlThreads threads(work_macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
     const Tensor& a = ctx.inputs[0];
     const Tensor& b = ctx.inputs[1];
     Tensor& y = ctx.outputs[0];
@@ -299,6 +303,7 @@ class MatMulKernel : public OpKernel {
   bool trans_a_ = false, trans_b_ = false, batched_ = false, use_loop_ = false;
   float alpha_ = 1, beta_ = 1;
   int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
+  int64_t work_macs_ = 0;
   int bias_index_ = -1, c_index_ = -1, residual_index_ = -1;
   Shape c_shape_;
   std::vector<int64_t> a_batch_, b_batch_, out_batch_;
