@@ -22,8 +22,10 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Every test, then each libFuzzer target for a few seconds (CI's fuzz smoke run).
 test: build
 	bash scripts/run-tests.sh $(BUILD)
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(CI_FUZZ_SECONDS)
 
 serve: build
 	bash scripts/serve-examples.sh $(BUILD) $(GRPC_PORT) $(REST_PORT)
@@ -42,11 +44,14 @@ tsan: deps
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && ctest --output-on-failure -j $(JOBS) -L sanitize
 
+# libFuzzer targets (clang, ASan+UBSan), each run FUZZ_SECONDS; `make test` runs them briefly.
+FUZZ_SECONDS ?= 20
+CI_FUZZ_SECONDS ?= 10
 fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DKILN_BUILD_FUZZERS=ON \
-	  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF
-	cmake --build build-fuzz -j $(JOBS)
-	bash scripts/run-fuzzers.sh build-fuzz 20
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_BENCH=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
+	bash scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 format:
 	find include src tools tests bench -name '*.h' -o -name '*.cc' | xargs clang-format -i
