@@ -10,7 +10,13 @@
 // request vs steady state). --after_first=CMD runs CMD (a shell command) right after the first
 // Predict, before the others: run_warmup_bench.sh scrapes the server's metrics there, to tell
 // the server's share of the first request's time from the client's and the connection's.
-// Output: one line of key=value pairs; exit code 1 when any request failed.
+// connect_us (TCP + HTTP/2 handshake, WaitForConnected) and status_us (the GetModelStatus call,
+// the connection's first RPC) are printed too: they are paid before the timed first Predict.
+// --prime_client first sends one Predict for a model the server does not have (NOT_FOUND from
+// its model lookup), so that the client process's own first-call costs are paid before the
+// timed Predict. --fresh_connections=K then opens K more connections from the warm client
+// process and prints the medians of their first and second Predicts.
+// Output: key=value pairs; exit code 1 when any request failed.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -46,6 +52,8 @@ int main(int argc, char** argv) {
   std::string after_first;
   std::vector<int64_t> row_shape = {1};
   int connections = 1, rows = 3, sequential = 0;
+  bool prime_client = false;
+  int fresh_connections = 0;
   double seconds = 10, warmup_seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -73,6 +81,10 @@ int main(int argc, char** argv) {
       after_first = v;
     else if (auto v = value("sequential"))
       sequential = std::atoi(v);
+    else if (auto v = value("fresh_connections"))
+      fresh_connections = std::atoi(v);
+    else if (arg == "--prime_client")
+      prime_client = true;
     else if (auto v = value("shape")) {
       row_shape.clear();
       std::stringstream dims(v);
@@ -115,21 +127,26 @@ int main(int argc, char** argv) {
     args.SetMaxReceiveMessageSize(-1);
     auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
     // Connect first, so that the first request's time is the server's, not the handshake's.
+    const auto connect_start = Clock::now();
     if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
       std::fprintf(stderr, "cannot connect to %s\n", target.c_str());
       return 1;
     }
+    const double connect_us = Micros(Clock::now() - connect_start);
     // One ModelService call first: the connection's first RPC and the client's own first-call
     // code paths cost about a millisecond whatever the model, which is not what warmup is
     // about. The first Predict after it meets the server's predict path cold.
+    double status_us = 0;
     {
       auto model_stub = tensorflow::serving::ModelService::NewStub(channel);
       tensorflow::serving::GetModelStatusRequest status_request;
       status_request.mutable_model_spec()->set_name(model);
       tensorflow::serving::GetModelStatusResponse status_response;
       grpc::ClientContext context;
+      const auto status_start = Clock::now();
       const grpc::Status status = model_stub->GetModelStatus(&context, status_request,
                                                              &status_response);
+      status_us = Micros(Clock::now() - status_start);
       if (!status.ok()) {
         std::fprintf(stderr, "GetModelStatus: %s\n", status.error_message().c_str());
         return 1;
@@ -137,6 +154,29 @@ int main(int argc, char** argv) {
     }
     auto stub = tensorflow::serving::PredictionService::NewStub(channel);
     tensorflow::serving::PredictResponse response;
+    double prime_us = 0;
+    if (prime_client) {
+      // The client process's own first Predict (gRPC's client call path, building, serializing
+      // and parsing these messages for the first time) costs a few hundred microseconds on this
+      // machine, on any server, warm or not. Pay it here with a Predict for a model the server
+      // does not have: the server answers NOT_FOUND from its model lookup, before any decoding,
+      // model run or reply encoding, so the timed Predict still meets all of those cold.
+      const auto prime_start = Clock::now();
+      tensorflow::serving::PredictRequest unknown = request;
+      unknown.mutable_model_spec()->set_name(model + "__serving_grpc_load_no_such_model");
+      grpc::ClientContext context;
+      const grpc::Status status = stub->Predict(&context, unknown, &response);
+      if (status.error_code() != grpc::StatusCode::NOT_FOUND) {
+        std::fprintf(stderr, "--prime_client: expected NOT_FOUND for an unknown model, got %d %s\n",
+                     static_cast<int>(status.error_code()), status.error_message().c_str());
+        return 1;
+      }
+      // Parse a reply as large as the real one once (the unknown model's reply had no outputs).
+      tensorflow::serving::PredictResponse reply;
+      for (const auto& [key, tensor] : request.inputs()) (*reply.mutable_outputs())[key] = tensor;
+      response.ParseFromString(reply.SerializeAsString());
+      prime_us = Micros(Clock::now() - prime_start);
+    }
     std::vector<double> latencies;
     long errors = 0;
     std::string first_error;
@@ -157,9 +197,45 @@ int main(int argc, char** argv) {
     latencies.erase(latencies.begin());
     const double p50 = Percentile(latencies, 0.5);
     std::printf(
-        "first_us=%.0f p50_us=%.0f p99_us=%.0f first_over_p50=%.2f requests=%d errors=%ld\n", first,
-        p50, Percentile(latencies, 0.99), first / p50, sequential + 1, errors);
+        "first_us=%.0f p50_us=%.0f p99_us=%.0f first_over_p50=%.2f requests=%d errors=%ld "
+        "connect_us=%.0f status_us=%.0f prime_us=%.0f\n",
+        first, p50, Percentile(latencies, 0.99), first / p50, sequential + 1, errors, connect_us,
+        status_us, prime_us);
     if (errors > 0) std::fprintf(stderr, "first error: %s\n", first_error.c_str());
+    if (fresh_connections > 0) {
+      // New connections from this now warm client process, each opened as the first one was
+      // (connect, GetModelStatus) and sent two Predicts: their first against their second
+      // shows what a connection's first Predict costs once the client process itself is warm.
+      std::vector<double> firsts, seconds;
+      for (int c = 0; c < fresh_connections; ++c) {
+        grpc::ChannelArguments fresh_args;
+        fresh_args.SetInt("grpc.channel_id", 1000 + c);  // a new connection, not a shared one
+        fresh_args.SetMaxReceiveMessageSize(-1);
+        auto fresh = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                               fresh_args);
+        if (!fresh->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30))) {
+          std::fprintf(stderr, "cannot connect to %s\n", target.c_str());
+          return 1;
+        }
+        auto model_stub = tensorflow::serving::ModelService::NewStub(fresh);
+        tensorflow::serving::GetModelStatusRequest status_request;
+        status_request.mutable_model_spec()->set_name(model);
+        tensorflow::serving::GetModelStatusResponse status_response;
+        grpc::ClientContext status_context;
+        if (!model_stub->GetModelStatus(&status_context, status_request, &status_response).ok()) {
+          ++errors;
+        }
+        auto fresh_stub = tensorflow::serving::PredictionService::NewStub(fresh);
+        for (int r = 0; r < 2; ++r) {
+          grpc::ClientContext context;
+          const auto t0 = Clock::now();
+          if (!fresh_stub->Predict(&context, request, &response).ok()) ++errors;
+          (r == 0 ? firsts : seconds).push_back(Micros(Clock::now() - t0));
+        }
+      }
+      std::printf("fresh_conn_first_us=%.0f fresh_conn_second_us=%.0f fresh_connections=%d\n",
+                  Percentile(firsts, 0.5), Percentile(seconds, 0.5), fresh_connections);
+    }
     return errors == 0 ? 0 : 1;
   }
 

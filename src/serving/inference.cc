@@ -287,6 +287,9 @@ absl::StatusOr<std::vector<std::string>> ReadWarmupRecords(const std::string& pa
   return records;
 }
 
+// Replays the whole predict path of a request, not only the model run: the reply is encoded
+// and serialized as the gRPC handler does, so that the first real request finds those code
+// paths (and protobuf's lazily built tables for the reply messages) warm as well.
 absl::Status WarmupPredict(const ServableVersion& servable,
                            const tensorflow::serving::PredictRequest& request) {
   std::map<std::string, Tensor> inputs;
@@ -294,8 +297,21 @@ absl::Status WarmupPredict(const ServableVersion& servable,
     KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
   }
   std::vector<std::string> filter(request.output_filter().begin(), request.output_filter().end());
-  return RunPredict(servable, request.model_spec().signature_name(), std::move(inputs), filter)
-      .status();
+  KILN_ASSIGN_OR_RETURN(
+      PredictResult result,
+      RunPredict(servable, request.model_spec().signature_name(), std::move(inputs), filter));
+  tensorflow::serving::PredictResponse response;
+  for (const std::string& key : result.output_order) {
+    TensorToProto(result.outputs.at(key), &(*response.mutable_outputs())[key]);
+  }
+  response.mutable_model_spec()->set_name(servable.name());
+  response.mutable_model_spec()->mutable_version()->set_value(servable.version());
+  response.mutable_model_spec()->set_signature_name(result.signature->key);
+  std::string wire;
+  if (!response.SerializeToString(&wire)) {
+    return absl::InternalError("warmup: the PredictResponse could not be serialized");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
