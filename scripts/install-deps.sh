@@ -24,6 +24,13 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# Benchmarks only: the ONNX Runtime peer runs under Node.js (bench/peers, onnxruntime-node from
+# npm). A node/npm already on the machine (NodeSource's nodejs bundles npm and conflicts with
+# Debian's npm package) is kept.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   exit 0
