@@ -10,8 +10,12 @@
 // inputs; Softmax-family ops of opset < 13 keep their 2-D semantics through an explicit
 // Flatten/Reshape; common com.microsoft ops are expanded into ONNX operators. Constant nodes
 // and initializers become IR constants; external data files are read relative to the model.
+// A model newer than the importer knows (IR version, or the opset of a domain it implements)
+// is refused with an error naming the version, as ONNX Runtime refuses it: a newer version
+// may change what an operator means.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,12 @@
 #include "kiln/import/imported_model.h"
 
 namespace kiln::import {
+
+// The newest ONNX IR version and default-domain (ai.onnx) opset the importer implements
+// (ONNX 1.16 and 1.17 write IR version 10; opset 21 is ONNX 1.16's). com.microsoft is
+// accepted at version 1, the only one ONNX Runtime defines.
+inline constexpr int64_t kNewestOnnxIrVersion = 10;
+inline constexpr int64_t kNewestOnnxOpset = 21;
 
 struct OnnxImportOptions {
   // Directory that external-data locations are relative to. ImportOnnxFile uses the model's

@@ -1,6 +1,7 @@
 // ONNX ModelProto -> ImportedModel (one "serving_default" signature).
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -34,6 +35,48 @@ std::string CanonicalDomain(const std::string& domain) {
 
 std::string DomainLabel(const std::string& domain) {
   return domain.empty() ? std::string("ai.onnx") : domain;
+}
+
+// Why kNewestOnnxIrVersion and kNewestOnnxOpset (onnx.h) are what they are:
+// - IR version 10 (ONNX 1.16, the release that introduced opset 21). Its additions are the
+//   int4/uint4 element types, which DTypeFromOnnx refuses by name; function overloads, refused
+//   in Run(); and metadata_props on nodes and graphs, which do not change what a model
+//   computes.
+// - ai.onnx opset 21: op_table.cc lists the operators of opsets 1 to 21, normalize.cc rewrites
+//   the attribute-to-input changes up to opset 18, and the kernels follow or refuse the
+//   later changes by name (opset 20's DFT axis input, opset 21's per-channel
+//   GroupNormalization scale).
+// - com.microsoft and com.microsoft.nchwc: ONNX Runtime's contrib operators exist at version
+//   1 only, which is what EmitMicrosoft expands.
+// Other domains (ai.onnx.ml, ai.onnx.preview.training, ...) have no operators here at all;
+// their nodes are reported as unsupported operators, so their versions are not checked.
+std::optional<int64_t> NewestOpset(const std::string& canonical_domain) {
+  if (canonical_domain.empty()) return kNewestOnnxOpset;
+  if (canonical_domain == "com.microsoft" || canonical_domain == "com.microsoft.nchwc") return 1;
+  return std::nullopt;
+}
+
+// Refuses an opset_import entry newer than the importer knows. `where` prefixes the message
+// ("model.onnx" or "model.onnx: function 'F'").
+absl::Status CheckOpsetVersion(const std::string& where, const std::string& domain,
+                               int64_t version) {
+  const std::string canonical = CanonicalDomain(domain);
+  const std::optional<int64_t> newest = NewestOpset(canonical);
+  if (!newest.has_value() || version <= *newest) return absl::OkStatus();
+  const std::string label = DomainLabel(canonical);
+  std::string advice;
+  if (canonical.empty()) {
+    advice = absl::StrCat("; export the model at opset ", *newest, " or lower (torch.onnx.export(",
+                          "..., opset_version=", *newest, "), tf2onnx --opset ", *newest,
+                          ") or convert it with onnx.version_converter.convert_version(model, ",
+                          *newest, ")");
+  } else {
+    advice = absl::StrCat("; ONNX Runtime's ", label, " operators exist at version ", *newest,
+                          " only");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": opset ", version, " of domain '", label,
+                   "' is newer than the newest this importer supports (", *newest, ")", advice));
 }
 
 std::string NodeLabel(const NodeProto& node) {
@@ -596,7 +639,25 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     return absl::InvalidArgumentError(
         absl::StrCat(name_, ": the ModelProto has no graph (field 7); is this an ONNX model?"));
   }
+  if (model_.ir_version() > kNewestOnnxIrVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": ONNX IR version ", model_.ir_version(),
+        " is newer than the newest this importer supports (", kNewestOnnxIrVersion,
+        "); save the model with onnx 1.17 or older (onnx 1.16 and 1.17 write IR version ",
+        kNewestOnnxIrVersion, ")"));
+  }
   OpsetMap opsets;
+  for (const auto& o : model_.opset_import()) {
+    KILN_RETURN_IF_ERROR(CheckOpsetVersion(name_, o.domain(), o.version()));
+  }
+  for (const FunctionProto& f : model_.functions()) {
+    for (const auto& o : f.opset_import()) {
+      KILN_RETURN_IF_ERROR(CheckOpsetVersion(
+          absl::StrCat(name_, ": function '", DomainLabel(CanonicalDomain(f.domain())), ".",
+                       f.name(), "'"),
+          o.domain(), o.version()));
+    }
+  }
   for (const auto& o : model_.opset_import()) {
     const std::string domain = CanonicalDomain(o.domain());
     if (o.version() <= 0) {
@@ -611,7 +672,15 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     opsets[""] = 1;
   }
   for (const FunctionProto& f : model_.functions()) {
-    functions_[{CanonicalDomain(f.domain()), f.name()}] = &f;
+    // IR version 10 lets a model define one function name several times, told apart by an
+    // `overload` field calls name; this importer keys functions by domain and name only, so
+    // a second definition would silently replace the first.
+    if (!functions_.emplace(std::make_pair(CanonicalDomain(f.domain()), f.name()), &f).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, ": model-local function '", DomainLabel(CanonicalDomain(f.domain())), ".",
+          f.name(), "' is defined more than once (function overloads, IR version 10, are not "
+          "supported)"));
+    }
     for (const auto& n : f.node()) {
       reserved_names_.insert(n.output().begin(), n.output().end());
     }

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/text_format.h"
@@ -106,6 +110,78 @@ absl::StatusOr<TensorInfo> ToTensorInfo(const tensorflow::TensorInfo& info,
   return out;
 }
 
+// GraphDef versions (TensorFlow's VersionDef semantics). Kiln reads GraphDefs as TensorFlow
+// 2.18 does: kGraphDefVersion is the TF_GRAPH_DEF_VERSION 2.18 was released with (about
+// 1987; the number grows by one most days of TensorFlow development), and the ops Kiln
+// converts are TensorFlow 2.x's up to 2.18. TF_GRAPH_DEF_VERSION_MIN_PRODUCER is still 0.
+constexpr int kGraphDefVersion = 1987;
+constexpr int kGraphDefMinProducer = 0;
+constexpr int kNewestTfMajor = 2;
+constexpr int kNewestTfMinor = 18;
+constexpr char kNewestTf[] = "TensorFlow 2.18";
+
+// TensorFlow's own check before it runs a graph: refused when the graph needs a newer
+// consumer (min_consumer), predates the oldest producer supported, or names this consumer
+// version as bad.
+absl::Status CheckGraphDefVersions(const tensorflow::VersionDef& versions) {
+  if (versions.producer() < kGraphDefMinProducer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GraphDef producer version ", versions.producer(), " below min producer ",
+        kGraphDefMinProducer, " supported by Kiln (which reads GraphDefs as ", kNewestTf,
+        " does); re-export the model with a newer TensorFlow"));
+  }
+  if (versions.min_consumer() > kGraphDefVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GraphDef min consumer version ", versions.min_consumer(), " above current version ",
+        kGraphDefVersion, " (Kiln reads GraphDefs as ", kNewestTf,
+        " does); the graph needs a newer TensorFlow, re-export it with ", kNewestTf,
+        " or older"));
+  }
+  for (int bad : versions.bad_consumers()) {
+    if (bad == kGraphDefVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GraphDef disallows consumer version ", kGraphDefVersion, " (", kNewestTf,
+          "'s, which Kiln reads GraphDefs as): its producer marked that version as buggy"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "2.18.0-rc1" -> {2, 18}; nullopt when it does not start with two numbers.
+std::optional<std::pair<int, int>> MajorMinor(const std::string& version) {
+  std::vector<std::string> parts = absl::StrSplit(version, absl::MaxSplits('.', 2));
+  int major = 0;
+  int minor = 0;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &major)) return std::nullopt;
+  const std::string digits = parts[1].substr(0, parts[1].find_first_not_of("0123456789"));
+  if (!absl::SimpleAtoi(digits, &minor)) return std::nullopt;
+  return std::make_pair(major, minor);
+}
+
+// A graph from a newer TensorFlow than Kiln knows still loads, as it would in TensorFlow 2.18
+// (which refuses only by min_consumer): ops added since are refused by name as unsupported,
+// but attributes added to ops Kiln knows are not checked, so the import says so. Returns the
+// warning, or "" when the graph is not newer.
+std::string NewerGraphWarning(const tensorflow::VersionDef& versions,
+                              const std::string& tensorflow_version) {
+  const std::string tf_label =
+      tensorflow_version.empty() ? "" : absl::StrCat(" (TensorFlow ", tensorflow_version, ")");
+  if (versions.producer() > kGraphDefVersion) {
+    return absl::StrCat("GraphDef producer version ", versions.producer(), tf_label,
+                        " is newer than ", kGraphDefVersion, " (", kNewestTf,
+                        "), the newest Kiln's TensorFlow importer knows; ops added since are "
+                        "refused as unsupported, attributes added since are not checked");
+  }
+  const auto major_minor = MajorMinor(tensorflow_version);
+  if (major_minor.has_value() && *major_minor > std::make_pair(kNewestTfMajor, kNewestTfMinor)) {
+    return absl::StrCat("the model was saved by TensorFlow ", tensorflow_version,
+                        ", newer than ", kNewestTf,
+                        ", the newest Kiln's TensorFlow importer knows; ops added since are "
+                        "refused as unsupported, attributes added since are not checked");
+  }
+  return "";
+}
+
 // The value name a signature key gets in the graph: the key, made safe.
 std::string ValueNameForKey(const std::string& key) { return key; }
 
@@ -167,6 +243,7 @@ absl::StatusOr<ImportedModel> ImportSavedModel(const std::string& dir,
                                                const std::vector<std::string>& tags) {
   KILN_ASSIGN_OR_RETURN(tensorflow::SavedModel saved_model, ReadSavedModel(dir));
   KILN_ASSIGN_OR_RETURN(const tensorflow::MetaGraphDef* meta, FindMetaGraph(saved_model, dir, tags));
+  KILN_RETURN_IF_ERROR(Annotate(CheckGraphDefVersions(meta->graph_def().versions()), dir));
   std::unique_ptr<tf::BundleReader> variables;
   const std::string prefix = (fs::path(dir) / "variables" / "variables").string();
   if (fs::exists(prefix + ".index")) {
@@ -190,6 +267,13 @@ absl::StatusOr<ImportedModel> ImportSavedModel(const std::string& dir,
   }
   KILN_RETURN_IF_ERROR(Annotate(ImportSignatures(*meta, converter, model), dir));
   model.properties.emplace_back("tensorflow_version", meta->meta_info_def().tensorflow_version());
+  model.properties.emplace_back("graph_def_producer",
+                                std::to_string(meta->graph_def().versions().producer()));
+  if (std::string warning = NewerGraphWarning(meta->graph_def().versions(),
+                                              meta->meta_info_def().tensorflow_version());
+      !warning.empty()) {
+    model.properties.emplace_back("warning", warning);
+  }
   model.properties.emplace_back("meta_graph_tags", TagsString(model.tags));
   model.properties.emplace_back("variables_restored",
                                 std::to_string(converter.variables_restored()));
@@ -206,6 +290,12 @@ absl::StatusOr<ImportedModel> ImportFrozenGraph(const std::string& path,
   if (!ParseBinary(bytes, &graph) && !ParseText(bytes, &graph)) {
     return absl::DataLossError(absl::StrCat(path, ": not a GraphDef (binary or text)"));
   }
+  if (graph.node_size() == 0) {
+    // Other protobufs (an ONNX model, say) often parse as a GraphDef with only unknown fields.
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a TensorFlow GraphDef: it has no nodes"));
+  }
+  KILN_RETURN_IF_ERROR(Annotate(CheckGraphDefVersions(graph.versions()), path));
   std::map<std::string, const tensorflow::NodeDef*> nodes;
   std::set<std::string> consumed;
   for (const auto& node : graph.node()) {
@@ -289,6 +379,10 @@ absl::StatusOr<ImportedModel> ImportFrozenGraph(const std::string& path,
   model.signatures.push_back(std::move(sig));
   model.properties.emplace_back("format", "frozen GraphDef");
   model.properties.emplace_back("graph_nodes", std::to_string(graph.node_size()));
+  model.properties.emplace_back("graph_def_producer", std::to_string(graph.versions().producer()));
+  if (std::string warning = NewerGraphWarning(graph.versions(), ""); !warning.empty()) {
+    model.properties.emplace_back("warning", warning);
+  }
   return model;
 }
 
