@@ -54,8 +54,8 @@ for round in $(seq 1 "$ROUNDS"); do
     for runtime in $RUNTIMES; do
       echo "round $round: $runtime $model ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
       case "$runtime" in
-        kiln) record kiln "$model" "$round" "$KILN" run "$onnx" --bench --batch 1,32 \
-                --threads "$THREADS" --json --seconds "$SECONDS_PER" ;;
+        kiln) record kiln "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
+                --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" ;;
         ort) record ort "$model" "$round" node "$ROOT/bench/peers/ort_bench.js" "$onnx" \
                --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
         torch) record torch "$model" "$round" $PY "$ROOT/bench/peers/torch_bench.py" "$onnx" \

@@ -58,7 +58,7 @@ cpu_seconds() {
 # may get different shares of the cores, so the script also compares items per CPU-second.
 offline() {
   /usr/bin/time -f "%U %S" -o "$work/time.txt" \
-    "$kiln" run "$work/m/1/model.onnx" --bench --batch "$batch" --json "$@" \
+    "$kiln" run "$work/m/1/model.onnx" --bench --random_inputs --batch "$batch" --json "$@" \
     > "$work/offline.json"
   local ips runs
   ips=$(sed -n 's/.*"items_per_s": \([0-9.]*\).*/\1/p' "$work/offline.json")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "absl/strings/ascii.h"
@@ -399,10 +400,38 @@ std::string ModelImpl::Inspect() const {
 
 }  // namespace
 
+#ifdef KILN_HAVE_TF_IMPORT
+// Whether a model file is a frozen TensorFlow GraphDef rather than an ONNX ModelProto; both
+// are ".pb" files in the wild, so the first bytes decide. Protobuf writers emit fields in
+// number order: a GraphDef starts with its nodes (field 1, length-delimited: byte 0x0a), a
+// ModelProto with ir_version (field 1, a varint: 0x08). A text GraphDef starts with "node".
+bool IsFrozenGraphDefFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  char head[512];
+  file.read(head, sizeof(head));
+  absl::string_view bytes(head, static_cast<size_t>(file.gcount()));
+  if (bytes.empty()) return false;
+  if (bytes[0] == '\x0a') return true;
+  // Text format: skip blank space and '#' comment lines.
+  while (!bytes.empty()) {
+    bytes = absl::StripLeadingAsciiWhitespace(bytes);
+    if (!absl::StartsWith(bytes, "#")) break;
+    const size_t eol = bytes.find('\n');
+    bytes = eol == absl::string_view::npos ? absl::string_view() : bytes.substr(eol + 1);
+  }
+  return absl::StartsWith(bytes, "node ") || absl::StartsWith(bytes, "node{") ||
+         absl::StartsWith(bytes, "node:");
+}
+#endif
+
 absl::StatusOr<import::ImportedModel> ImportModel(const std::string& path,
                                                   const ModelOptions& options) {
   KILN_ASSIGN_OR_RETURN(ResolvedModelPath resolved, ResolveModelPath(path));
   if (resolved.format == ModelFormat::kOnnx) {
+#ifdef KILN_HAVE_TF_IMPORT
+    // Placeholders in, the graph's sinks out (ImportFrozenGraph's defaults).
+    if (IsFrozenGraphDefFile(resolved.path)) return import::ImportFrozenGraph(resolved.path);
+#endif
 #ifdef KILN_HAVE_ONNX_IMPORT
     return import::ImportOnnxFile(resolved.path);
 #else

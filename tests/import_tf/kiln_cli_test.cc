@@ -1,9 +1,11 @@
-// `kiln inspect` and `kiln run` on SavedModels, through the real binary: a SavedModel
-// directory or a base path with numeric versions (the highest taken), --signature, and inputs
-// and outputs named by the signature's keys.
+// `kiln inspect` and `kiln run` on SavedModels and frozen GraphDefs, through the real binary: a
+// SavedModel directory or a base path with numeric versions (the highest taken), --signature,
+// inputs and outputs named by the signature's keys, and every input given (or
+// --random_inputs).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,8 +15,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "google/protobuf/text_format.h"
 #include "kiln/core/npy.h"
 #include "tensorflow/core/example/example.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
 
 namespace {
 
@@ -140,6 +144,169 @@ TEST(KilnCliTest, RunRefusesCustomOpsByName) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "unsupported TensorFlow op")) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "'WordpieceTokenizeWithOffsets'")) << r.output;
+}
+
+// A frozen GraphDef with two inputs of different dtypes, as a tabular model has:
+// y = age + Cast<float>(count), both [-1, 1].
+tensorflow::GraphDef TabularGraph() {
+  tensorflow::GraphDef graph;
+  graph.mutable_versions()->set_producer(1569);
+  auto add = [&](const std::string& op, const std::string& name,
+                 const std::vector<std::string>& inputs) {
+    tensorflow::NodeDef* node = graph.add_node();
+    node->set_op(op);
+    node->set_name(name);
+    for (const auto& in : inputs) node->add_input(in);
+    return node->mutable_attr();
+  };
+  auto placeholder = [&](const std::string& name, tensorflow::DataType dtype) {
+    auto* attrs = add("Placeholder", name, {});
+    (*attrs)["dtype"].set_type(dtype);
+    auto* shape = (*attrs)["shape"].mutable_shape();
+    shape->add_dim()->set_size(-1);
+    shape->add_dim()->set_size(1);
+  };
+  placeholder("age", tensorflow::DT_FLOAT);
+  placeholder("count", tensorflow::DT_INT64);
+  auto* cast = add("Cast", "count_float", {"count"});
+  (*cast)["SrcT"].set_type(tensorflow::DT_INT64);
+  (*cast)["DstT"].set_type(tensorflow::DT_FLOAT);
+  (*add("AddV2", "y", {"age", "count_float"}))["T"].set_type(tensorflow::DT_FLOAT);
+  return graph;
+}
+
+// Writes the tabular graph (binary) and its two inputs; returns the directory.
+std::string WriteTabularModel(const std::string& name) {
+  const std::string dir = TempDir(name);
+  std::ofstream(dir + "/frozen.pb", std::ios::binary) << TabularGraph().SerializeAsString();
+  EXPECT_TRUE(kiln::WriteNpy(dir + "/age.npy",
+                             kiln::Tensor::FromVector<float>({1.5f, 2.f}, kiln::Shape{2, 1}))
+                  .ok());
+  EXPECT_TRUE(kiln::WriteNpy(dir + "/count.npy",
+                             kiln::Tensor::FromVector<int64_t>({10, 20}, kiln::Shape{2, 1}))
+                  .ok());
+  return dir;
+}
+
+// docs/SAVEDMODEL.md promises that `kiln run` and `kiln inspect` take a frozen GraphDef .pb;
+// they used to hand it to the ONNX parser.
+TEST(KilnCliTest, FrozenGraphDefRunsAndInspects) {
+  const std::string dir = WriteTabularModel("frozen");
+  auto r = Kiln("inspect " + dir + "/frozen.pb");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* expected : {"frozen GraphDef", "age", "count", "float[-1, 1]",
+                               "int64[-1, 1]"}) {
+    EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
+  }
+
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input count=",
+                        dir, "/count.npy --output_dir ", dir, "/out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto y = kiln::ReadNpy(dir + "/out/y.npy");
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (kiln::Shape{2, 1}));
+  EXPECT_EQ(FloatsOf(*y), (std::vector<float>{11.5f, 22.f}));
+
+  // --outputs picks other tensors than the sinks.
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --outputs count_float --input age=", dir,
+                        "/age.npy --input count=", dir, "/count.npy --output_dir ", dir,
+                        "/picked"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto picked = kiln::ReadNpy(dir + "/picked/count_float.npy");
+  ASSERT_TRUE(picked.ok()) << picked.status() << "\n" << r.output;
+  EXPECT_EQ(FloatsOf(*picked), (std::vector<float>{10.f, 20.f}));
+
+  // A text GraphDef, whatever the file is called, is told from ONNX by its content.
+  std::string text;
+  ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(TabularGraph(), &text));
+  std::ofstream(dir + "/graph.pbtxt") << "# exported for a test\n" << text;
+  r = Kiln(absl::StrCat("run ", dir, "/graph.pbtxt --input age=", dir, "/age.npy --input count=",
+                        dir, "/count.npy --output_dir ", dir, "/text"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/text/y.npy")) << r.output;
+
+  // --outputs is for frozen GraphDefs only.
+  r = Kiln("inspect " + TfServing("saved_model_half_plus_two_cpu/00000123") + " --outputs y");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "is a SavedModel, whose outputs are its signatures'"))
+      << r.output;
+  fs::remove_all(dir);
+}
+
+// Missing inputs used to be filled with random values without a word; a tabular model then
+// failed deep in the graph (a Concat shape mismatch) without naming the input.
+TEST(KilnCliTest, RunNamesEveryMissingInputWithDtypeAndShape) {
+  const std::string dir = WriteTabularModel("missing");
+  auto r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --output_dir ", dir, "/out"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(
+      r.output,
+      "kiln run: missing inputs of signature 'serving_default': 'age' float[-1, 1], 'count' "
+      "int64[-1, 1]; give each with --input NAME=FILE.npy, or pass --random_inputs to fill them "
+      "with seeded random values"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/out/y.npy"));
+
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "missing input of signature 'serving_default': "
+                                          "'count' int64[-1, 1]; give each"))
+      << r.output;
+
+  // --bench too.
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --bench --iterations 1"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "missing inputs of signature 'serving_default'"))
+      << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(KilnCliTest, RandomInputsFillWhatIsNotGiven) {
+  const std::string dir = WriteTabularModel("random");
+  auto r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --input age=", dir,
+                             "/age.npy --output_dir ", dir, "/out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto y = kiln::ReadNpy(dir + "/out/y.npy");
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (kiln::Shape{2, 1}));
+
+  // The same seed gives the same values.
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir,
+                        "/a"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir,
+                        "/b"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto a = kiln::ReadNpy(dir + "/a/y.npy");
+  auto b = kiln::ReadNpy(dir + "/b/y.npy");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(FloatsOf(*a), FloatsOf(*b));
+
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --bench --random_inputs --batch 1,4 "
+                        "--iterations 2 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "\"batch\": 4")) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(KilnCliTest, RepeatedInputIsAnError) {
+  const std::string dir = WriteTabularModel("repeated");
+  auto r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input ",
+                             "count=", dir, "/count.npy --input age=", dir, "/other.npy"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("--input age is given twice (", dir,
+                                                       "/age.npy and ", dir, "/other.npy)")))
+      << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(KilnCliTest, RunHelpDescribesInputsAndFrozenGraphs) {
+  auto r = Kiln("run --help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* expected : {"--random_inputs", "every input must be given", "frozen",
+                               "--outputs"}) {
+    EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
+  }
 }
 
 }  // namespace

@@ -5,8 +5,12 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "kiln/runtime/model.h"
 
 namespace kiln::tool {
 
@@ -17,6 +21,15 @@ struct Command {
 };
 
 std::map<std::string, Command>& CommandRegistry();
+
+// Loads MODEL for `kiln run` and `kiln inspect` as Model::Load does (a .onnx file, a frozen
+// GraphDef .pb, a SavedModel, a base path), printing the importer's warnings (a graph from a
+// newer TensorFlow, ...) to stderr as "kiln TOOL: warning: ...". `frozen_outputs`, when not
+// empty, are the tensors a frozen GraphDef returns instead of its sink nodes; any other model
+// is then an error, since its outputs are its signatures'. Defined in run_command.cc.
+absl::StatusOr<std::shared_ptr<runtime::Model>> LoadModelForTool(
+    const std::string& tool, const std::string& path, const runtime::ModelOptions& options,
+    const std::vector<std::string>& frozen_outputs);
 
 struct CommandRegistration {
   CommandRegistration(const std::string& name, std::string summary,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "command.h"
 #include "kiln/runtime/loader.h"
 #include "kiln/runtime/model.h"
@@ -19,11 +20,15 @@ namespace {
 
 constexpr char kUsage[] = R"(usage: kiln inspect MODEL [options]
 
-MODEL is a .onnx file, a SavedModel directory, or a base path with numeric version folders.
+MODEL is a .onnx file, a frozen TensorFlow GraphDef (.pb: its Placeholders are the inputs,
+the nodes nothing reads the outputs), a SavedModel directory, or a base path with numeric
+version folders.
 
   --disable_optimizer   show the imported graph without optimization
   --tags TAGS           SavedModel tag set (default serve)
   --signature NAME      show only this signature (default: all)
+  --outputs A,B         frozen GraphDef only: the tensors it returns ("name" or "name:1")
+                        instead of the nodes nothing reads
 )";
 
 // The part of Model::Inspect() about one signature: the model header, then the block that
@@ -42,6 +47,7 @@ std::string OnlySignature(const std::string& text, const std::string& name) {
 int RunInspectCommand(const std::vector<std::string>& args) {
   std::string model_path;
   std::string signature;
+  std::vector<std::string> frozen_outputs;
   kiln::runtime::ModelOptions options;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -58,6 +64,11 @@ int RunInspectCommand(const std::vector<std::string>& args) {
       signature = arg.substr(12);
     } else if (arg == "--signature" && i + 1 < args.size()) {
       signature = args[++i];
+    } else if (arg.rfind("--outputs=", 0) == 0 || (arg == "--outputs" && i + 1 < args.size())) {
+      const std::string value = arg == "--outputs" ? args[++i] : arg.substr(10);
+      for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        frozen_outputs.emplace_back(part);
+      }
     } else if (arg.rfind("--", 0) == 0) {
       std::fprintf(stderr, "kiln inspect: unknown flag %s\n\n%s", arg.c_str(), kUsage);
       return 2;
@@ -85,15 +96,16 @@ int RunInspectCommand(const std::vector<std::string>& args) {
     if (summary.ok()) {
       if (!signature.empty()) {
         for (auto& meta : summary->meta_graphs) {
-          std::erase_if(meta.signatures,
-                        [&](const kiln::import::SignatureSummary& s) { return s.key != signature; });
+          std::erase_if(meta.signatures, [&](const kiln::import::SignatureSummary& s) {
+            return s.key != signature;
+          });
         }
       }
       std::printf("%s\n", kiln::import::FormatSavedModelSummary(*summary).c_str());
     }
   }
 #endif
-  auto model = kiln::runtime::Model::Load(model_path, options);
+  auto model = kiln::tool::LoadModelForTool("inspect", model_path, options, frozen_outputs);
   if (!model.ok()) {
     std::fprintf(stderr, "kiln inspect: %s\n", std::string(model.status().message()).c_str());
     return 1;

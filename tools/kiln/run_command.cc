@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "command.h"
 #include "kiln/core/clock.h"
@@ -19,6 +20,51 @@
 #include "kiln/runtime/loader.h"
 #include "kiln/runtime/model.h"
 
+// Defined by kiln_runtime when the TensorFlow importer is part of the build.
+#ifdef KILN_HAVE_TF_IMPORT
+#include "kiln/import/saved_model.h"
+#endif
+
+namespace kiln::tool {
+
+absl::StatusOr<std::shared_ptr<runtime::Model>> LoadModelForTool(
+    const std::string& tool, const std::string& path, const runtime::ModelOptions& options,
+    const std::vector<std::string>& frozen_outputs) {
+  absl::StatusOr<import::ImportedModel> imported;
+  if (frozen_outputs.empty()) {
+    imported = runtime::ImportModel(path, options);
+  } else {
+    KILN_ASSIGN_OR_RETURN(runtime::ResolvedModelPath resolved, runtime::ResolveModelPath(path));
+    if (resolved.format == runtime::ModelFormat::kSavedModel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--outputs: ", resolved.path,
+                       " is a SavedModel, whose outputs are its signatures' "
+                       "(choose one with --signature); --outputs is for frozen GraphDef files"));
+    }
+#ifdef KILN_HAVE_TF_IMPORT
+    import::FrozenGraphOptions frozen;
+    frozen.outputs = frozen_outputs;
+    imported = import::ImportFrozenGraph(resolved.path, frozen);
+    if (!imported.ok()) {
+      return Annotate(imported.status(),
+                      absl::StrCat("--outputs ", absl::StrJoin(frozen_outputs, ",")));
+    }
+#else
+    return absl::UnimplementedError(
+        "--outputs is for frozen TensorFlow GraphDefs; this build has no TensorFlow importer");
+#endif
+  }
+  if (!imported.ok()) return imported.status();
+  for (const auto& [key, value] : imported->properties) {
+    if (key == "warning") {
+      std::fprintf(stderr, "kiln %s: warning: %s\n", tool.c_str(), value.c_str());
+    }
+  }
+  return runtime::Model::FromImported(*std::move(imported), options);
+}
+
+}  // namespace kiln::tool
+
 namespace {
 
 using kiln::Shape;
@@ -27,13 +73,20 @@ namespace runtime = kiln::runtime;
 
 constexpr char kUsage[] = R"(usage: kiln run MODEL [options]
 
-MODEL is a .onnx file, a SavedModel directory, or a base path with numeric version folders
-(the highest is used).
+MODEL is a .onnx file, a frozen TensorFlow GraphDef (.pb: its Placeholders are the inputs,
+the nodes nothing reads the outputs), a SavedModel directory, or a base path with numeric
+version folders (the highest is used).
 
   --signature NAME        signature to run (default serving_default)
-  --input NAME=FILE.npy   an input (repeatable); missing inputs are seeded random values
+  --input NAME=FILE.npy   an input, once per input name; every input must be given unless
+                          --random_inputs is
+  --random_inputs         fill the inputs not given with seeded random values (floats in
+                          [-1, 1), integers in [0, 10), empty strings; unknown dimensions
+                          are 1, an unknown first dimension the --batch size under --bench)
+  --seed N                seed of --random_inputs (default 0)
+  --outputs A,B           frozen GraphDef only: the tensors to return ("name" or "name:1")
+                          instead of the nodes nothing reads
   --output_dir DIR        where to write one NAME.npy per output (default: .)
-  --seed N                seed of the random inputs (default 0)
   --bench                 measure latency and throughput instead of writing outputs
   --batch 1,32            batch sizes to measure (default 1); --input files are tiled along
                           their first dimension to each size
@@ -49,6 +102,8 @@ struct RunFlags {
   std::string model;
   std::string signature = "serving_default";
   std::vector<std::pair<std::string, std::string>> inputs;
+  bool random_inputs = false;
+  std::vector<std::string> frozen_outputs;
   std::string output_dir = ".";
   uint64_t seed = 0;
   bool bench = false;
@@ -96,11 +151,13 @@ std::string ParseFlags(const std::vector<std::string>& args, RunFlags* flags, bo
     auto bad = [&](const std::string& what) {
       return absl::StrCat("--", name, "=", value, ": ", what);
     };
-    if (name == "bench" || name == "json" || name == "disable_optimizer") {
+    if (name == "bench" || name == "json" || name == "disable_optimizer" ||
+        name == "random_inputs") {
       const bool on = !has_value || value == "true" || value == "1";
       if (name == "bench") flags->bench = on;
       if (name == "json") flags->json = on;
       if (name == "disable_optimizer") flags->disable_optimizer = on;
+      if (name == "random_inputs") flags->random_inputs = on;
       continue;
     }
     if (!need_value()) return absl::StrCat("--", name, " needs a value");
@@ -109,7 +166,20 @@ std::string ParseFlags(const std::vector<std::string>& args, RunFlags* flags, bo
     } else if (name == "input") {
       auto eq = value.find('=');
       if (eq == std::string::npos || eq == 0) return bad("expected NAME=FILE.npy");
-      flags->inputs.push_back({value.substr(0, eq), value.substr(eq + 1)});
+      const std::string input = value.substr(0, eq);
+      for (const auto& [seen, file] : flags->inputs) {
+        // The second would silently replace the first.
+        if (seen == input) {
+          return absl::StrCat("--input ", input, " is given twice (", file, " and ",
+                              value.substr(eq + 1), "); give each input once");
+        }
+      }
+      flags->inputs.push_back({input, value.substr(eq + 1)});
+    } else if (name == "outputs") {
+      for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        flags->frozen_outputs.emplace_back(part);
+      }
+      if (flags->frozen_outputs.empty()) return bad("no output name");
     } else if (name == "output_dir") {
       flags->output_dir = value;
     } else if (name == "seed") {
@@ -180,7 +250,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   options.disable_optimizer = flags.disable_optimizer;
   options.intra_op_threads = flags.threads;
   options.inter_op_threads = flags.inter_op_threads;
-  auto model = runtime::Model::Load(flags.model, options);
+  auto model = kiln::tool::LoadModelForTool("run", flags.model, options, flags.frozen_outputs);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   auto signature = (*model)->FindSignature(flags.signature);
   if (!signature.ok()) return Fail(std::string(signature.status().message()));
@@ -199,6 +269,22 @@ int RunRunCommand(const std::vector<std::string>& args) {
       return Fail(absl::StrCat("--input ", name, "=", file, ": ", tensor.status().message()));
     }
     given[name] = *tensor;
+  }
+  // Inputs made up without being asked for hide mistakes (a forgotten --input fails later as
+  // some shape mismatch deep in the graph, or silently runs on noise), so each missing input
+  // is named with what it must be.
+  std::vector<std::string> missing;
+  for (const std::string& key : info.input_keys) {
+    if (given.count(key) == 0) {
+      missing.push_back(absl::StrCat("'", key, "' ", runtime::ExpectedString(info.inputs.at(key))));
+    }
+  }
+  if (!missing.empty() && !flags.random_inputs) {
+    return Fail(absl::StrCat(
+        "missing input", missing.size() > 1 ? "s" : "", " of signature '", info.key,
+        "': ", absl::StrJoin(missing, ", "),
+        "; give each with --input NAME=FILE.npy, or pass --random_inputs to fill them with "
+        "seeded random values"));
   }
   std::mt19937_64 rng(flags.seed);
   // batch < 1: a single run with unknown dimensions as 1.
@@ -231,7 +317,8 @@ int RunRunCommand(const std::vector<std::string>& args) {
     std::filesystem::create_directories(flags.output_dir, ec);
     for (const std::string& key : info.output_keys) {
       const Tensor& t = outputs->at(key);
-      const std::string path = (std::filesystem::path(flags.output_dir) / (FileNameFor(key) + ".npy")).string();
+      const std::string path =
+          (std::filesystem::path(flags.output_dir) / (FileNameFor(key) + ".npy")).string();
       if (auto s = kiln::WriteNpy(path, t); !s.ok()) {
         return Fail(absl::StrCat("writing ", path, ": ", s.message()));
       }
@@ -275,9 +362,10 @@ int RunRunCommand(const std::vector<std::string>& args) {
           static_cast<long long>(batch), Percentile(sorted, 50), Percentile(sorted, 90),
           Percentile(sorted, 99), items_per_s, ms.size());
     } else {
-      std::printf("batch %-5lld p50 %9.3f ms  p90 %9.3f ms  p99 %9.3f ms  %12.1f items/s  (%zu runs)\n",
-                  static_cast<long long>(batch), Percentile(sorted, 50), Percentile(sorted, 90),
-                  Percentile(sorted, 99), items_per_s, ms.size());
+      std::printf(
+          "batch %-5lld p50 %9.3f ms  p90 %9.3f ms  p99 %9.3f ms  %12.1f items/s  (%zu runs)\n",
+          static_cast<long long>(batch), Percentile(sorted, 50), Percentile(sorted, 90),
+          Percentile(sorted, 99), items_per_s, ms.size());
     }
     std::fflush(stdout);
   }
