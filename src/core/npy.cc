@@ -114,15 +114,28 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, const std::string& name
     }
     shape.push_back(d);
   }
-  Tensor tensor(dtype, shape);
+  // The header's shape is checked against the bytes that follow it before anything is
+  // allocated: a header can claim any shape.
+  auto count = CheckedNumElements(shape.dims());
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": .npy header: ", count.status().message()));
+  }
+  const int64_t item_bytes =
+      dtype == DType::kString ? bytes_width : static_cast<int64_t>(DTypeSize(dtype));
+  int64_t need_signed;
+  if (__builtin_mul_overflow(*count, item_bytes, &need_signed)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": .npy header: shape ", shape.ToString(), " needs more bytes than fit in 63 bits"));
+  }
+  const size_t need = static_cast<size_t>(need_signed);
   const size_t data_start = header_start + header_len;
+  if (bytes.size() - data_start < need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": truncated .npy data: shape ", shape.ToString(), " needs ", need,
+        " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));
   if (dtype == DType::kString) {
-    const size_t need = static_cast<size_t>(tensor.num_elements() * bytes_width);
-    if (bytes.size() - data_start < need) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": truncated .npy data: shape ", shape.ToString(), " needs ", need,
-          " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
-    }
     for (int64_t i = 0; i < tensor.num_elements(); ++i) {
       absl::string_view item = bytes.substr(data_start + i * bytes_width, bytes_width);
       // NumPy pads with NULs and drops trailing NULs when reading.
@@ -130,11 +143,6 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, const std::string& name
       tensor.data<std::string>()[i] = std::string(item);
     }
     return tensor;
-  }
-  if (bytes.size() - data_start < tensor.byte_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": truncated .npy data: shape ", shape.ToString(), " needs ", tensor.byte_size(),
-        " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
   }
   if (tensor.byte_size() > 0) std::memcpy(tensor.raw_data(), bytes.data() + data_start, tensor.byte_size());
   return tensor;

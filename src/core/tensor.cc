@@ -23,6 +23,34 @@ int64_t Shape::num_elements() const {
 
 std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
 
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape [", absl::StrJoin(dims, ", "), "] has a negative dimension"));
+    }
+    if (__builtin_mul_overflow(n, d, &n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape [", absl::StrJoin(dims, ", "), "] has more elements than fit in 63 bits"));
+    }
+  }
+  return n;
+}
+
+absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Shape& shape) {
+  auto n = CheckedNumElements(shape.dims());
+  if (!n.ok()) return n.status();
+  const int64_t element = static_cast<int64_t>(
+      dtype == DType::kString ? sizeof(std::string) : DTypeSize(dtype));
+  int64_t bytes;
+  if (__builtin_mul_overflow(*n, element, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), shape.ToString(),
+                                                   " needs more bytes than fit in 64 bits"));
+  }
+  return static_cast<size_t>(bytes);
+}
+
 namespace {
 
 // Round up so that aligned_alloc's size requirement holds and vector loops may read a full
@@ -186,6 +214,8 @@ Buffer::~Buffer() {
 }
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  // A wrapped-around count would allocate a small buffer that kernels then overrun.
+  if (!CheckedByteSize(dtype, shape_).ok()) throw std::bad_alloc();
   const size_t n = static_cast<size_t>(shape_.num_elements());
   buffer_ =
       dtype == DType::kString ? Buffer::AllocateStrings(n) : Buffer::Allocate(n * DTypeSize(dtype));
@@ -194,8 +224,21 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset)
     : dtype_(dtype), shape_(std::move(shape)), buffer_(std::move(buffer)), offset_(byte_offset) {}
 
+absl::StatusOr<Tensor> Tensor::Allocate(DType dtype, Shape shape) {
+  auto bytes = CheckedByteSize(dtype, shape);
+  if (!bytes.ok()) return bytes.status();
+  Shape requested = shape;
+  try {
+    return Tensor(dtype, std::move(requested));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", *bytes, " bytes for ",
+                                                     DTypeName(dtype), shape.ToString()));
+  }
+}
+
 Tensor Tensor::Zeros(DType dtype, Shape shape) {
   if (dtype == DType::kString) return Tensor(dtype, std::move(shape));
+  if (!CheckedByteSize(dtype, shape).ok()) throw std::bad_alloc();
   const size_t n = static_cast<size_t>(shape.num_elements());
   return Tensor(dtype, std::move(shape), Buffer::Allocate(n * DTypeSize(dtype), /*zero=*/true));
 }

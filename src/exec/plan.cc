@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kiln/core/clock.h"
+#include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/memory_planner.h"
 
@@ -81,6 +82,18 @@ struct CompiledPlan::ValueSlot {
   size_t bytes() const { return static_cast<size_t>(shape.num_elements()) * DTypeSize(dtype); }
 };
 
+namespace {
+// True when every output of a prepared node is empty: nothing to compute (and kernels need
+// not handle calling oneDNN or dividing by a zero dimension for no work).
+bool AllOutputsEmpty(const kernels::PrepareContext& prepare) {
+  if (prepare.output_shapes.empty()) return false;
+  for (size_t i = 0; i < prepare.output_shapes.size(); ++i) {
+    if (prepare.output_dynamic[i] || prepare.output_shapes[i].num_elements() != 0) return false;
+  }
+  return true;
+}
+}  // namespace
+
 struct CompiledPlan::Step {
   const ir::Node* node = nullptr;
   std::unique_ptr<kernels::OpKernel> kernel;  // null when prepared at run time
@@ -90,6 +103,7 @@ struct CompiledPlan::Step {
   std::vector<ValueId> outputs;  // hidden slots stand in for omitted outputs
   std::vector<ValueId> captured;
   std::vector<int> dynamic_outputs;
+  bool outputs_empty = false;  // every output has zero elements: Compute is skipped
   int input_begin = 0;
   int output_begin = 0;
   size_t scratch_bytes = 0;
@@ -107,6 +121,8 @@ struct CompiledPlan::SubplanEntry {
 
 class RunState {
  public:
+  explicit RunState(size_t memory_limit) : memory(memory_limit) {}
+  MemoryBudget memory;
   std::shared_ptr<Buffer> arena;
   std::vector<Tensor> step_inputs;
   std::vector<Tensor> step_outputs;
@@ -171,12 +187,15 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   std::shared_ptr<CompiledPlan> plan(new CompiledPlan());
   plan->graph_ = std::move(graph);
   plan->options_ = options;
+  plan->memory_limit_ = options.run_memory_budget_bytes != 0 ? options.run_memory_budget_bytes
+                                                              : MemoryBudget::DefaultLimit();
   if (plan->options_.inter_op_pool == nullptr) plan->options_.inter_op_threads = 1;
   if (plan->options_.intra_op_pool == nullptr && !plan->options_.intra_op_openmp) {
     plan->options_.intra_op_threads = 1;
   }
   KILN_RETURN_IF_ERROR(plan->Build(input_shapes));
   KILN_RETURN_IF_ERROR(plan->PlanArena());
+  KILN_RETURN_IF_ERROR(plan->CheckPlannedMemory());
   plan->free_states_.reserve(64);
   plan->stats_.compile_ns = NowNanos() - start;
   return plan;
@@ -214,6 +233,19 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     if (dtype == DType::kInvalid) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph input '", graph.value(v).name, "' has no dtype"));
+    }
+    auto bytes = CheckedByteSize(dtype, input_shapes[i]);
+    if (!bytes.ok()) {
+      return Annotate(bytes.status(), absl::StrCat("graph input '", graph.value(v).name, "'"));
+    }
+    // Refused before any kernel sees the shape: oneDNN's primitive creation faults on sizes
+    // like these rather than failing.
+    if (*bytes > memory_limit_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "graph input '", graph.value(v).name, "' ", DTypeName(dtype),
+          input_shapes[i].ToString(), " is ", *bytes, " bytes, over the run memory budget of ",
+          memory_limit_,
+          " bytes (ModelOptions::run_memory_budget_bytes, kiln serve --run_memory_budget_bytes)"));
     }
     ValueSlot& slot = values_[v];
     slot = ValueSlot();
@@ -312,6 +344,20 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
                                                 prepare.output_dtypes.size(),
                                                 " outputs, the node has ", node.outputs.size()));
       }
+      for (size_t i = 0; i < node.outputs.size(); ++i) {
+        if (prepare.output_dynamic[i]) continue;
+        auto bytes = CheckedByteSize(prepare.output_dtypes[i], prepare.output_shapes[i]);
+        if (!bytes.ok()) {
+          return Annotate(bytes.status(), absl::StrCat(node.Describe(), " output ", i));
+        }
+        if (*bytes > memory_limit_) {
+          MemoryBudget budget(memory_limit_);
+          return kernels::OverBudgetError(&node, absl::StrCat("output ", i),
+                                          prepare.output_dtypes[i], prepare.output_shapes[i],
+                                          *bytes, budget);
+        }
+      }
+      step.outputs_empty = AllOutputsEmpty(prepare);
     } else {
       step.prepare_at_run_time = true;
     }
@@ -337,11 +383,15 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       }
       std::shared_ptr<Buffer> scratch;
       if (prepare.scratch_bytes > 0) scratch = Buffer::Allocate(prepare.scratch_bytes);
+      MemoryBudget memory(memory_limit_);
       kernels::ComputeContext ctx;
       ctx.inputs = absl::MakeConstSpan(inputs);
       ctx.outputs = absl::MakeSpan(outputs);
       ctx.scratch = scratch ? scratch->data() : nullptr;
-      absl::Status status = step.kernel->Compute(ctx);
+      ctx.node = &node;
+      ctx.memory = &memory;
+      absl::Status status =
+          step.outputs_empty ? absl::OkStatus() : step.kernel->Compute(ctx);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat("evaluating ", node.Describe(),
                                              " at compile time"));
@@ -408,6 +458,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     }
   }
   stats_.steps = static_cast<int>(steps_.size());
+  for (const Step& step : steps_) stats_.empty_steps += step.outputs_empty ? 1 : 0;
   return absl::OkStatus();
 }
 
@@ -564,6 +615,37 @@ absl::Status CompiledPlan::PlanArena() {
   return absl::OkStatus();
 }
 
+absl::Status CompiledPlan::CheckPlannedMemory() {
+  size_t planned = arena_bytes_;
+  const ValueSlot* largest = nullptr;
+  for (const ValueSlot& slot : values_) {
+    if (slot.kind != SlotKind::kArena && slot.kind != SlotKind::kGraphOutput &&
+        slot.kind != SlotKind::kPersistent) {
+      continue;
+    }
+    if (slot.kind != SlotKind::kArena) planned += slot.bytes();
+    if (largest == nullptr || slot.bytes() > largest->bytes()) largest = &slot;
+  }
+  planned_bytes_ = planned;
+  stats_.planned_bytes = planned;
+  if (planned <= memory_limit_) return absl::OkStatus();
+  std::string culprit;
+  if (largest != nullptr && largest->step >= 0) {
+    const ir::Node& node = *steps_[largest->step].node;
+    culprit = absl::StrCat("; the largest value is output ", largest->step_output, " of ",
+                           node.Describe(), ", ", DTypeName(largest->dtype),
+                           largest->shape.ToString(), " (", largest->bytes(), " bytes)");
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the plan for input shapes (",
+      absl::StrJoin(input_shapes_, ", ", [](std::string* out, const Shape& s) {
+        out->append(s.ToString());
+      }),
+      ") needs ", planned, " bytes per run, over the run memory budget of ", memory_limit_,
+      " bytes", culprit,
+      " (ModelOptions::run_memory_budget_bytes, kiln serve --run_memory_budget_bytes)"));
+}
+
 std::unique_ptr<RunState> CompiledPlan::AcquireState() const {
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
@@ -573,7 +655,7 @@ std::unique_ptr<RunState> CompiledPlan::AcquireState() const {
       return state;
     }
   }
-  auto state = std::make_unique<RunState>();
+  auto state = std::make_unique<RunState>(memory_limit_);
   state->arena = Buffer::Allocate(std::max<size_t>(arena_bytes_, 1));
   state->step_inputs.resize(total_step_inputs_);
   state->step_outputs.resize(total_step_outputs_);
@@ -651,12 +733,22 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
   prepare.SetNumOutputs(static_cast<int>(step.outputs.size()));
   KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
   for (size_t i = 0; i < step.outputs.size(); ++i) {
-    ctx.outputs[i] = prepare.output_dynamic[i]
-                         ? Tensor()
-                         : Tensor(prepare.output_dtypes[i], prepare.output_shapes[i]);
+    ctx.outputs[i] = Tensor();
+    if (prepare.output_dynamic[i]) continue;
+    KILN_RETURN_IF_ERROR(
+        ctx.Allocate(static_cast<int>(i), prepare.output_dtypes[i], prepare.output_shapes[i])
+            .status());
   }
+  if (AllOutputsEmpty(prepare)) return absl::OkStatus();
   std::shared_ptr<Buffer> scratch;
-  if (prepare.scratch_bytes > 0) scratch = Buffer::Allocate(prepare.scratch_bytes);
+  if (prepare.scratch_bytes > 0) {
+    if (!state.memory.TryReserve(prepare.scratch_bytes)) {
+      return kernels::OverBudgetError(&node, "scratch", DType::kUInt8,
+                                      Shape{static_cast<int64_t>(prepare.scratch_bytes)},
+                                      prepare.scratch_bytes, state.memory);
+    }
+    scratch = Buffer::Allocate(prepare.scratch_bytes);
+  }
   ctx.scratch = scratch ? scratch->data() : nullptr;
   return kernel->Compute(ctx);
 }
@@ -675,11 +767,21 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
   ctx.pool = options_.intra_op_pool;
   ctx.use_openmp = options_.intra_op_openmp;
   ctx.intra_op_threads = options_.intra_op_threads;
+  ctx.node = step.node;
+  ctx.memory = &state.memory;
   PlanSubgraphRunner runner(this, &state, inputs, parent);
   if (step.has_subgraphs) ctx.subgraphs = &runner;
   for (int i : step.dynamic_outputs) ctx.outputs[i] = Tensor();
-  absl::Status status = step.prepare_at_run_time ? RunStepPreparedAtRunTime(step, state, ctx)
-                                                 : step.kernel->Compute(ctx);
+  if (step.outputs_empty) return absl::OkStatus();
+  absl::Status status;
+  // Steps may run on inter-op workers, where an exception would end the process: a kernel's
+  // failed allocation becomes this run's error, naming the node.
+  try {
+    status = step.prepare_at_run_time ? RunStepPreparedAtRunTime(step, state, ctx)
+                                      : step.kernel->Compute(ctx);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory");
+  }
   if (!status.ok()) return Annotate(status, step.node->Describe());
   for (int i : step.dynamic_outputs) {
     if (!ctx.outputs[i].valid()) {
@@ -713,6 +815,7 @@ absl::Status CompiledPlan::RunWithParent(absl::Span<const Tensor> inputs,
     }
   }
   std::unique_ptr<RunState> state = AcquireState();
+  state->memory.Reset(planned_bytes_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (int p : values_[input_values_[i]].consumer_positions) state->step_inputs[p] = inputs[i];
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kiln/core/clock.h"
+#include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/plan_cache.h"
 #include "kiln/opt/pass.h"
@@ -152,6 +153,26 @@ class ModelImpl : public Model {
                                                     const std::map<std::string, Tensor>& inputs,
                                                     const std::vector<std::string>& output_keys,
                                                     RunStats* stats) const override {
+    // The last line of defence: an allocation that fails or a library that throws ends this
+    // run with an error, never the process (a server runs many requests at once).
+    try {
+      return RunUnguarded(signature, inputs, output_keys, stats);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "signature '", signature, "': out of memory while running this request (the run "
+          "memory budget is ", options_.run_memory_budget_bytes != 0
+                                   ? options_.run_memory_budget_bytes
+                                   : MemoryBudget::DefaultLimit(),
+          " bytes)"));
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("signature '", signature, "': unexpected error: ", e.what()));
+    }
+  }
+
+  absl::StatusOr<std::map<std::string, Tensor>> RunUnguarded(
+      absl::string_view signature, const std::map<std::string, Tensor>& inputs,
+      const std::vector<std::string>& output_keys, RunStats* stats) const {
     const int64_t start = NowNanos();
     KILN_ASSIGN_OR_RETURN(const SignatureRuntime* sig, Find(signature));
     const SignatureInfo& info = sig->info;
@@ -232,8 +253,13 @@ class ModelImpl : public Model {
                                                        "'"));
       }
     }
-    auto plan = sig->cache->Get(shapes);
-    if (!plan.ok()) return ExplainCompileError(*sig, shapes, plan.status());
+    try {
+      auto plan = sig->cache->Get(shapes);
+      if (!plan.ok()) return ExplainCompileError(*sig, shapes, plan.status());
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("signature '", sig->info.key, "': out of memory compiling a plan"));
+    }
     return absl::OkStatus();
   }
 
@@ -300,6 +326,7 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
   compile.inter_op_threads = threads_.inter;
   compile.inter_op_pool = inter_pool_.get();
   compile.fold_constants = !options.disable_optimizer;
+  compile.run_memory_budget_bytes = options.run_memory_budget_bytes;
   if (imported.signatures.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", path_, " has no signatures"));
   }

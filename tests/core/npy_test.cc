@@ -62,5 +62,33 @@ TEST(NpyTest, RejectsBadMagic) {
   EXPECT_NE(t.status().message().find("bad magic"), std::string::npos);
 }
 
+// A header is just text: it can claim any shape. Nothing is allocated for a claim the data
+// does not back, and a count that wraps around is refused rather than taken as empty.
+std::string NpyWithShape(const std::string& shape, size_t data_bytes) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  out += header;
+  out.append(data_bytes, '\0');
+  return out;
+}
+
+TEST(NpyTest, HeaderThatLiesAboutItsShapeIsAnError) {
+  auto big = ParseNpy(NpyWithShape("(536870912, 16)", 64), "big.npy");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("truncated"), std::string::npos) << big.status();
+  auto wraps = ParseNpy(NpyWithShape("(4611686018427387904, 4611686018427387904)", 0), "wrap.npy");
+  ASSERT_FALSE(wraps.ok());
+  EXPECT_NE(wraps.status().message().find("63 bits"), std::string::npos) << wraps.status();
+  auto bytes_wrap = ParseNpy(NpyWithShape("(4611686018427387904,)", 0), "bytes.npy");
+  ASSERT_FALSE(bytes_wrap.ok());
+  auto fine = ParseNpy(NpyWithShape("(2, 2)", 16), "fine.npy");
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->shape(), (Shape{2, 2}));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -104,5 +104,28 @@ TEST(TensorTest, AllCloseUsesRelativeAndAbsoluteTolerance) {
   EXPECT_FALSE(TensorsAllClose(a, b, 1e-7, 0));
 }
 
+TEST(TensorTest, CheckedCountsRefuseNegativeAndOverflowingShapes) {
+  EXPECT_EQ(*CheckedNumElements(Shape{2, 3}.dims()), 6);
+  EXPECT_EQ(*CheckedNumElements(Shape{}.dims()), 1);
+  EXPECT_EQ(*CheckedNumElements(Shape{0, int64_t{1} << 62, 4}.dims()), 0);
+  EXPECT_FALSE(CheckedNumElements(Shape{2, -1}.dims()).ok());
+  EXPECT_FALSE(CheckedNumElements(Shape{int64_t{1} << 32, int64_t{1} << 32}.dims()).ok());
+  EXPECT_FALSE(CheckedNumElements(Shape{int64_t{1} << 62, 4}.dims()).ok());
+  EXPECT_FALSE(CheckedByteSize(DType::kFloat32, Shape{int64_t{1} << 62}).ok());
+  EXPECT_EQ(*CheckedByteSize(DType::kFloat32, Shape{3, 5}), 60u);
+}
+
+TEST(TensorTest, AllocateIsAnErrorNotAnException) {
+  auto wraps = Tensor::Allocate(DType::kFloat32, Shape{int64_t{1} << 62, 4});
+  EXPECT_EQ(wraps.status().code(), absl::StatusCode::kInvalidArgument);
+  // 2^61 bytes fits in 63 bits but in no machine.
+  auto huge = Tensor::Allocate(DType::kUInt8, Shape{int64_t{1} << 61});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_THROW(Tensor(DType::kFloat32, Shape{int64_t{1} << 62, 4}), std::bad_alloc);
+  auto fine = Tensor::Allocate(DType::kFloat32, Shape{0, 7});
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(fine->num_elements(), 0);
+}
+
 }  // namespace
 }  // namespace kiln

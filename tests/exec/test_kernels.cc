@@ -155,7 +155,9 @@ class PositivesKernel : public OpKernel {
     for (float v : ctx.inputs[0].span<float>()) {
       if (v > 0) kept.push_back(v);
     }
-    Tensor& out = ctx.Allocate(0, DType::kFloat32, Shape{static_cast<int64_t>(kept.size())});
+    auto allocated = ctx.Allocate(0, DType::kFloat32, Shape{static_cast<int64_t>(kept.size())});
+    if (!allocated.ok()) return allocated.status();
+    Tensor& out = **allocated;
     for (size_t i = 0; i < kept.size(); ++i) out.data<float>()[i] = kept[i];
     return absl::OkStatus();
   }

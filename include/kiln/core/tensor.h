@@ -80,8 +80,13 @@ class Buffer {
 class Tensor {
  public:
   Tensor() = default;  // an invalid (empty) tensor: dtype kInvalid
-  // Allocates storage: numbers uninitialized, strings empty.
+  // Allocates storage: numbers uninitialized, strings empty. Throws std::bad_alloc when the
+  // memory cannot be had or the shape's byte size overflows; code that sizes a tensor from
+  // untrusted values uses Allocate instead.
   Tensor(DType dtype, Shape shape);
+  // The same, as a value: InvalidArgument for a shape whose size overflows,
+  // ResourceExhausted (naming the shape and bytes) when the allocation fails.
+  static absl::StatusOr<Tensor> Allocate(DType dtype, Shape shape);
   // A view of `buffer` starting at `byte_offset`; the buffer must be large enough.
   Tensor(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer, size_t byte_offset = 0);
 
@@ -140,6 +145,13 @@ class Tensor {
   std::shared_ptr<Buffer> buffer_;
   size_t offset_ = 0;
 };
+
+// Element count and byte size of a shape that may come from untrusted input (a request, a
+// file, values a kernel computed): the one place such counts are computed with overflow
+// checks. InvalidArgument, naming the shape, when a dimension is negative or the count or
+// its bytes do not fit in 63 bits.
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims);
+absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Shape& shape);
 
 // True when both tensors have the same dtype, shape and elements (NaNs compare equal).
 bool TensorsEqual(const Tensor& a, const Tensor& b);

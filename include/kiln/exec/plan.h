@@ -41,6 +41,10 @@ struct CompileOptions {
   int inter_op_threads = 1;
   ThreadPool* inter_op_pool = nullptr;
   bool fold_constants = true;
+  // Bytes one run may hold (arena, outputs, tensors kernels size from input values); 0 means
+  // MemoryBudget::DefaultLimit(). A plan whose planned memory alone exceeds it does not
+  // compile; a run that would exceed it fails with RESOURCE_EXHAUSTED naming the node.
+  size_t run_memory_budget_bytes = 0;
   // Subgraph plans compiled per (subgraph, input shapes) and kept per parent plan.
   size_t subgraph_plan_capacity = 64;
   // Overrides for subgraphs and tests: the values bound to the run's inputs (default: the
@@ -57,6 +61,8 @@ struct PlanStats {
   int in_place_outputs = 0;
   int parallel_levels = 0;       // groups of independent steps (when inter_op_threads > 1)
   size_t arena_bytes = 0;        // planned peak of intermediate values (incl. scratch)
+  size_t planned_bytes = 0;      // arena, graph outputs and persistent values of one run
+  int empty_steps = 0;           // steps whose outputs are all empty: never computed
   size_t unshared_bytes = 0;     // the same without buffer reuse
   int64_t compile_ns = 0;
 };
@@ -94,6 +100,7 @@ class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
 
   absl::Status Build(absl::Span<const Shape> input_shapes);
   absl::Status PlanArena();
+  absl::Status CheckPlannedMemory();
   absl::Status RunWithParent(absl::Span<const Tensor> inputs, std::vector<Tensor>* outputs,
                              const PlanSubgraphRunner* parent) const;
   absl::Status RunStep(const Step& step, RunState& state, absl::Span<const Tensor> inputs,
@@ -126,6 +133,8 @@ class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
   int total_step_inputs_ = 0;
   int total_step_outputs_ = 0;
   size_t arena_bytes_ = 0;
+  size_t planned_bytes_ = 0;   // counted against each run's memory budget up front
+  size_t memory_limit_ = 0;    // options_.run_memory_budget_bytes resolved
   PlanStats stats_;
 
   mutable std::mutex state_mutex_;

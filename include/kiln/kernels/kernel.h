@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kiln/core/memory_budget.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ir/graph.h"
@@ -90,12 +91,21 @@ struct ComputeContext {
       fn(int64_t{0}, n);
     }
   }
-  // Allocates output `index` (for dynamic outputs).
-  Tensor& Allocate(int index, DType dtype, Shape shape) {
-    outputs[index] = Tensor(dtype, std::move(shape));
-    return outputs[index];
-  }
+  // The node being computed (names it in errors) and the run's memory budget; either may be
+  // null (tests, compile-time evaluation without a budget).
+  const ir::Node* node = nullptr;
+  MemoryBudget* memory = nullptr;
+
+  // Allocates output `index` (for dynamic outputs, whose shapes come from input values):
+  // InvalidArgument when the shape overflows, ResourceExhausted naming the node, op and shape
+  // when it would exceed the run's memory budget or the allocation fails.
+  absl::StatusOr<Tensor*> Allocate(int index, DType dtype, Shape shape);
 };
+
+// The RESOURCE_EXHAUSTED error for `bytes` of `dtype[shape]` that `node` asked for beyond
+// `budget` (shared by the executor and ComputeContext::Allocate so both say the same).
+absl::Status OverBudgetError(const ir::Node* node, const std::string& what, DType dtype,
+                             const Shape& shape, size_t bytes, const MemoryBudget& budget);
 
 class OpKernel {
  public:

@@ -49,6 +49,10 @@ struct KernelTestOptions {
   int intra_op_threads = 1;          // > 1 runs Compute with an intra-op pool
   bool check_repeatable = true;      // false for random ops
   bool check_in_place = true;
+  // After a successful run, run again with batch 0 (see internal::BatchZero): the kernel may
+  // refuse it in Prepare, but must not crash, and Compute must keep the executor's contract.
+  bool check_batch_zero = true;
+  bool batch_zero_run = false;  // set on that second run
 };
 
 namespace internal {
@@ -110,12 +114,41 @@ inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
   return outputs;
 }
 
+// The inputs with batch 0: every non-constant input whose first dimension equals the first
+// non-constant input's gets a first dimension of 0 (the same tensors otherwise). Empty when
+// there is no batch to zero.
+inline std::vector<Tensor> BatchZero(const std::vector<Tensor>& inputs,
+                                     const std::set<int>& constant_inputs) {
+  int64_t batch = -1;
+  for (size_t i = 0; i < inputs.size() && batch < 0; ++i) {
+    if (inputs[i].valid() && constant_inputs.count(static_cast<int>(i)) == 0) {
+      batch = inputs[i].rank() >= 1 ? inputs[i].dim(0) : 0;
+    }
+  }
+  if (batch <= 0) return {};
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.valid() && constant_inputs.count(static_cast<int>(i)) == 0 && t.rank() >= 1 &&
+        t.dim(0) == batch) {
+      Shape shape = t.shape();
+      shape.set_dim(0, 0);
+      out.push_back(Tensor(t.dtype(), shape));
+    } else {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
 }  // namespace internal
 
 inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
                                                      const std::vector<Tensor>& inputs,
                                                      std::map<std::string, ir::Attribute> attrs = {},
                                                      const KernelTestOptions& options = {}) {
+  std::map<std::string, ir::Attribute> attrs_for_batch_zero;
+  if (options.check_batch_zero) attrs_for_batch_zero = attrs;
   auto pk = std::make_unique<internal::PreparedKernel>();
   std::vector<ir::ValueId> input_ids;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -159,6 +192,7 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
   }
   prepare.SetNumOutputs(options.num_outputs);
   absl::Status status = pk->kernel->Prepare(prepare);
+  if (!status.ok() && options.batch_zero_run) return std::vector<Tensor>{};  // op refuses it
   if (!status.ok()) return status;
   const size_t n = static_cast<size_t>(options.num_outputs);
   if (prepare.output_dtypes.size() != n || prepare.output_shapes.size() != n ||
@@ -201,6 +235,19 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
         return absl::InternalError(absl::StrCat(
             node.Describe(), ": output ", i,
             " differs when computed in place of input ", prepare.output_in_place_of[i]));
+      }
+    }
+  }
+  if (options.check_batch_zero && !options.batch_zero_run) {
+    std::vector<Tensor> empty = internal::BatchZero(inputs, options.constant_inputs);
+    if (!empty.empty()) {
+      KernelTestOptions zero = options;
+      zero.batch_zero_run = true;
+      auto result = RunKernel(op, empty, std::move(attrs_for_batch_zero), zero);
+      // An error for the data (an index out of range) is an answer; a broken contract is not.
+      if (!result.ok() && result.status().code() == absl::StatusCode::kInternal) {
+        return absl::InternalError(
+            absl::StrCat("with batch 0 inputs: ", result.status().message()));
       }
     }
   }

@@ -38,6 +38,10 @@ struct ModelOptions {
   int intra_op_threads = 0;
   int inter_op_threads = 0;
   size_t plan_cache_capacity = 32;  // compiled plans kept per signature (LRU)
+  // Bytes one run may hold: its planned intermediate values, its outputs, and tensors whose
+  // size comes from input values. 0: half of the machine's RAM (MemoryBudget::DefaultLimit).
+  // A request beyond it fails with RESOURCE_EXHAUSTED naming the node, op and shape.
+  size_t run_memory_budget_bytes = 0;
 };
 
 // Per-run statistics, optional.

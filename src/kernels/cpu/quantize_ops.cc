@@ -284,7 +284,7 @@ absl::StatusOr<MatMulGeometry> MatMulShapes(const Shape& a, const Shape& b,
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": batch dimensions do not broadcast: A ", a.ToString(), ", B ", b.ToString()));
     }
-    batch[i] = std::max(da, db);
+    batch[i] = da == 1 ? db : da;  // 1 broadcasts, 0 stays 0
     sa[i] = da == 1 ? 0 : stride_a;
     sb[i] = db == 1 ? 0 : stride_b;
     stride_a *= da;

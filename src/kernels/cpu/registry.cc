@@ -1,5 +1,7 @@
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
 
 namespace kiln::kernels {
@@ -38,6 +40,35 @@ std::vector<std::string> KernelRegistry::RegisteredOps() const {
   ops.reserve(factories_.size());
   for (const auto& [key, factory] : factories_) ops.push_back(key);
   return ops;  // std::map keeps them sorted
+}
+
+absl::Status OverBudgetError(const ir::Node* node, const std::string& what, DType dtype,
+                             const Shape& shape, size_t bytes, const MemoryBudget& budget) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      node != nullptr ? node->Describe() : std::string("a kernel"), ": ", what, " ",
+      DTypeName(dtype), shape.ToString(), " needs ", bytes, " bytes; this run already holds ",
+      budget.used(), " of its memory budget of ", budget.limit(),
+      " bytes (ModelOptions::run_memory_budget_bytes, kiln serve --run_memory_budget_bytes)"));
+}
+
+absl::StatusOr<Tensor*> ComputeContext::Allocate(int index, DType dtype, Shape shape) {
+  auto bytes = CheckedByteSize(dtype, shape);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        node != nullptr ? node->Describe() : std::string("a kernel"), ": output ", index, ": ",
+        bytes.status().message()));
+  }
+  if (memory != nullptr && !memory->TryReserve(*bytes)) {
+    return OverBudgetError(node, absl::StrCat("output ", index), dtype, shape, *bytes, *memory);
+  }
+  auto tensor = Tensor::Allocate(dtype, std::move(shape));
+  if (!tensor.ok()) {
+    return Annotate(tensor.status(), absl::StrCat(node != nullptr ? node->Describe()
+                                                                  : std::string("a kernel"),
+                                                  ": output ", index));
+  }
+  outputs[index] = *std::move(tensor);
+  return &outputs[index];
 }
 
 }  // namespace kiln::kernels

@@ -106,7 +106,7 @@ class ScanBatchedKernel : public OpKernel {
       if (!ctx.outputs[k].valid()) {
         Shape shape{batch};
         if (k >= states) shape.push_back(max_len);
-        ctx.Allocate(static_cast<int>(k), DType::kFloat32, shape);
+        KILN_RETURN_IF_ERROR(ctx.Allocate(static_cast<int>(k), DType::kFloat32, shape).status());
         std::memset(ctx.outputs[k].raw_data(), 0, ctx.outputs[k].byte_size());
       }
     }
@@ -123,7 +123,7 @@ class ScanBatchedKernel : public OpKernel {
       Shape shape = element.shape();
       if (scan) shape.insert(0, max_len);
       shape.insert(0, batch);
-      ctx.Allocate(static_cast<int>(index), element.dtype(), shape);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(static_cast<int>(index), element.dtype(), shape).status());
       std::memset(out.raw_data(), 0, out.byte_size());
     }
     const int skip = scan ? 2 : 1;

@@ -76,7 +76,7 @@ class WindowKernel : public MathKernel {
 
   absl::Status Compute(ComputeContext& ctx) const override {
     KILN_ASSIGN_OR_RETURN(int64_t size, Size(ctx.inputs[0]));
-    if (!ctx.outputs[0].valid()) ctx.Allocate(0, dtype_, Shape({size}));
+    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, dtype_, Shape({size})).status());
     // Periodic windows are one sample of a window of size + 1 (the spec's N - 1 denominator
     // for symmetric ones).
     const double denom = periodic_ ? static_cast<double>(size) : static_cast<double>(size - 1);
@@ -150,7 +150,7 @@ class MelWeightMatrixKernel : public MathKernel {
 
   absl::Status Compute(ComputeContext& ctx) const override {
     KILN_ASSIGN_OR_RETURN(Shape shape, OutShape(ctx.inputs[0], ctx.inputs[1]));
-    if (!ctx.outputs[0].valid()) ctx.Allocate(0, dtype_, shape);
+    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, dtype_, shape).status());
     const int64_t mel_bins = shape[1], spectrum_bins = shape[0];
     KILN_ASSIGN_OR_RETURN(int64_t dft_length, ReadScalarInt(ctx.inputs[1], "dft_length"));
     KILN_ASSIGN_OR_RETURN(int64_t sample_rate, ReadScalarInt(ctx.inputs[2], "sample_rate"));
@@ -264,7 +264,7 @@ class DftKernel : public MathKernel {
     const Tensor& x = ctx.inputs[0];
     const Tensor* length_t = tensor_ops::InputPresent(ctx, 1) ? &ctx.inputs[1] : nullptr;
     KILN_ASSIGN_OR_RETURN(Shape out_shape, OutShape(x.shape(), length_t));
-    if (!ctx.outputs[0].valid()) ctx.Allocate(0, x.dtype(), out_shape);
+    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), out_shape).status());
     const int rank = x.rank();
     KILN_ASSIGN_OR_RETURN(int axis, Axis(rank));
     const int64_t in_n = x.dim(axis);
@@ -370,7 +370,7 @@ class StftKernel : public MathKernel {
     KILN_ASSIGN_OR_RETURN(Geometry g,
                           Resolve(x.shape(), ctx.inputs[1], window.valid() ? window.dim(0) : -1,
                                   length_t.valid() ? &length_t : nullptr));
-    if (!ctx.outputs[0].valid()) ctx.Allocate(0, x.dtype(), g.out);
+    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), g.out).status());
     const int64_t batch = x.dim(0), length = x.dim(1), channels = x.dim(2);
     const int64_t frames = g.out[1], bins = g.out[2];
     std::vector<double> re(g.frame_length), im(g.frame_length), ore(bins), oim(bins);

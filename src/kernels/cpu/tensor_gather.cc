@@ -515,7 +515,8 @@ class CompressKernel : public TensorKernel {
       out_shape = in.shape();
       out_shape.set_dim(axis_, selected);
     }
-    Tensor& out = ctx.Allocate(0, in.dtype(), out_shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, in.dtype(), out_shape));
+    Tensor& out = *out_ptr;
     const size_t es = DTypeSize(in.dtype());
     const char* src = static_cast<const char*>(in.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
@@ -571,7 +572,7 @@ class OneHotKernel : public TensorKernel {
     const Tensor& values = ctx.inputs[2];
     if (dynamic_) {
       KILN_ASSIGN_OR_RETURN(Shape s, OutShape(indices.shape(), ctx.inputs[1]));
-      ctx.Allocate(0, values.dtype(), s);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, values.dtype(), s).status());
     }
     Tensor& out = ctx.outputs[0];
     const int64_t depth = out.dim(axis_);

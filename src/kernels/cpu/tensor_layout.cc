@@ -52,7 +52,8 @@ class ViewCopyKernel : public TensorKernel {
       for (const Tensor& t : ctx.inputs) params.push_back(t.valid() ? &t : nullptr);
       auto view = MakeView(in.shape(), params);
       if (!view.ok()) return Annotate(view.status(), where());
-      Tensor& out = ctx.Allocate(0, in.dtype(), view->out_shape);
+      KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, in.dtype(), view->out_shape));
+      Tensor& out = *out_ptr;
       StridedCopy(in.dtype(), in.raw_data(), view->offset, view->shape, view->strides,
                   out.raw_data(), &ctx);
       return absl::OkStatus();
@@ -465,7 +466,7 @@ class SplitKernel : public TensorKernel {
       for (int i = 0; i < num_outputs_; ++i) {
         Shape s = in.shape();
         s.set_dim(axis_, lengths[i]);
-        ctx.Allocate(i, in.dtype(), s);
+        KILN_RETURN_IF_ERROR(ctx.Allocate(i, in.dtype(), s).status());
       }
     }
     int64_t outer = 1, inner = 1;

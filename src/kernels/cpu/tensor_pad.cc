@@ -85,7 +85,7 @@ class PadKernelBase : public TensorKernel {
       if (!p.ok()) return Annotate(p.status(), where());
       dynamic_plan = *std::move(p);
       plan = &dynamic_plan;
-      ctx.Allocate(0, in.dtype(), plan->out_shape);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, in.dtype(), plan->out_shape).status());
     }
     Tensor& out = ctx.outputs[0];
     const Tensor* cval = constant_input_ >= 0 && InputPresent(ctx, constant_input_) &&

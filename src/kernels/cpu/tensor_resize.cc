@@ -156,7 +156,7 @@ class ResizeKernel : public TensorKernel {
       const Tensor* roi = coord_ == Coord::kTfCropAndResize ? &ctx.inputs[1] : nullptr;
       KILN_ASSIGN_OR_RETURN(dynamic_plan, MakePlan(x.shape(), scales, sizes, roi));
       plan = &dynamic_plan;
-      ctx.Allocate(0, x.dtype(), plan->out_shape);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), plan->out_shape).status());
     }
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();

@@ -60,7 +60,8 @@ class NonZeroKernel : public TensorKernel {
     const Shape shape = x.rank() == 0 ? Shape{1} : x.shape();
     const int rank = shape.rank();
     const int64_t count = static_cast<int64_t>(hits.size());
-    Tensor& out = ctx.Allocate(0, DType::kInt64, Shape{rank, count});
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kInt64, Shape{rank, count}));
+    Tensor& out = *out_ptr;
     int64_t* o = out.data<int64_t>();
     for (int64_t h = 0; h < count; ++h) {
       int64_t rem = hits[h];
@@ -109,8 +110,8 @@ class TopKKernel : public TensorKernel {
     const Tensor& x = ctx.inputs[0];
     if (dynamic_) {
       KILN_ASSIGN_OR_RETURN(Shape s, OutShape(x.shape(), &ctx.inputs[1]));
-      ctx.Allocate(0, x.dtype(), s);
-      ctx.Allocate(1, DType::kInt64, s);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), s).status());
+      KILN_RETURN_IF_ERROR(ctx.Allocate(1, DType::kInt64, s).status());
     }
     Tensor& values = ctx.outputs[0];
     Tensor& indices = ctx.outputs[1];
@@ -263,7 +264,8 @@ class UniqueKernel : public TensorKernel {
       y_shape = x.shape();
       y_shape.set_dim(axis_, groups);
     }
-    Tensor& y = ctx.Allocate(0, x.dtype(), y_shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const y_ptr, ctx.Allocate(0, x.dtype(), y_shape));
+    Tensor& y = *y_ptr;
     const size_t es = DTypeSize(x.dtype());
     const char* src = static_cast<const char*>(x.raw_data());
     char* dst = static_cast<char*>(y.raw_data());
@@ -274,15 +276,18 @@ class UniqueKernel : public TensorKernel {
       }
     }
     if (num_outputs_ > 1) {
-      int64_t* idx = ctx.Allocate(1, DType::kInt64, Shape{groups}).data<int64_t>();
+      KILN_ASSIGN_OR_RETURN(Tensor* const idx_tensor, ctx.Allocate(1, DType::kInt64, Shape{groups}));
+      int64_t* idx = idx_tensor->data<int64_t>();
       for (int64_t g = 0; g < groups; ++g) idx[position[g]] = firsts[g];
     }
     if (num_outputs_ > 2) {
-      int64_t* inv = ctx.Allocate(2, DType::kInt64, Shape{n}).data<int64_t>();
+      KILN_ASSIGN_OR_RETURN(Tensor* const inv_tensor, ctx.Allocate(2, DType::kInt64, Shape{n}));
+      int64_t* inv = inv_tensor->data<int64_t>();
       for (int64_t j = 0; j < n; ++j) inv[j] = position[group_of[j]];
     }
     if (num_outputs_ > 3) {
-      int64_t* cnt = ctx.Allocate(3, DType::kInt64, Shape{groups}).data<int64_t>();
+      KILN_ASSIGN_OR_RETURN(Tensor* const cnt_tensor, ctx.Allocate(3, DType::kInt64, Shape{groups}));
+      int64_t* cnt = cnt_tensor->data<int64_t>();
       for (int64_t g = 0; g < groups; ++g) cnt[position[g]] = counts[g];
     }
     return absl::OkStatus();

@@ -98,7 +98,8 @@ class ViewKernel : public TensorKernel {
     if (dynamic_) {
       auto shape = OutputShape(in.shape(), &ctx.inputs[param_input_]);
       if (!shape.ok()) return Annotate(shape.status(), where());
-      Tensor& out = ctx.Allocate(0, in.dtype(), *std::move(shape));
+      KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, in.dtype(), *std::move(shape)));
+      Tensor& out = *out_ptr;
       CopyTensorData(in, out, &ctx);
     } else {
       CopyTensorData(in, ctx.outputs[0], &ctx);
@@ -332,7 +333,7 @@ class ShapeFromValueKernel : public TensorKernel {
       }
       auto shape = OutputShape(shapes, values);
       if (!shape.ok()) return Annotate(shape.status(), where());
-      ctx.Allocate(0, OutputDTypeAtRun(ctx), *std::move(shape));
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, OutputDTypeAtRun(ctx), *std::move(shape)).status());
     }
     return Fill(ctx, ctx.outputs[0]);
   }
@@ -562,7 +563,7 @@ class BroadcastCopyKernel : public TensorKernel {
     if (dynamic_) {
       auto shape = OutputShape(in.shape(), ctx.inputs[1]);
       if (!shape.ok()) return Annotate(shape.status(), where());
-      ctx.Allocate(0, in.dtype(), *std::move(shape));
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, in.dtype(), *std::move(shape)).status());
     }
     Tensor& out = ctx.outputs[0];
     Dims view_shape, view_strides;

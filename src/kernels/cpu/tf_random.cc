@@ -37,7 +37,8 @@ class RandomUniformKernel : public OpKernel {
       shape.push_back(d);
       n *= d;
     }
-    Tensor& out = ctx.Allocate(0, DType::kFloat32, shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kFloat32, shape));
+    Tensor& out = *out_ptr;
     thread_local std::mt19937 generator(seed_ != 0 ? static_cast<uint32_t>(seed_)
                                                    : std::random_device{}());
     std::uniform_real_distribution<float> uniform(0.f, 1.f);

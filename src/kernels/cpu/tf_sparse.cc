@@ -72,10 +72,14 @@ class SparseFillEmptyRowsKernel : public OpKernel {
     int64_t empty = 0;
     for (int64_t r = 0; r < rows; ++r) empty += count[r] == 0;
     const int64_t total = n + empty;
-    Tensor& out_idx = ctx.Allocate(0, DType::kInt64, Shape{total, rank});
-    Tensor& out_val = ctx.Allocate(1, values.dtype(), Shape{total});
-    Tensor& indicator = ctx.Allocate(2, DType::kBool, Shape{rows});
-    Tensor& reverse = ctx.Allocate(3, DType::kInt64, Shape{n});
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_idx_ptr, ctx.Allocate(0, DType::kInt64, Shape{total, rank}));
+    Tensor& out_idx = *out_idx_ptr;
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_val_ptr, ctx.Allocate(1, values.dtype(), Shape{total}));
+    Tensor& out_val = *out_val_ptr;
+    KILN_ASSIGN_OR_RETURN(Tensor* const indicator_ptr, ctx.Allocate(2, DType::kBool, Shape{rows}));
+    Tensor& indicator = *indicator_ptr;
+    KILN_ASSIGN_OR_RETURN(Tensor* const reverse_ptr, ctx.Allocate(3, DType::kInt64, Shape{n}));
+    Tensor& reverse = *reverse_ptr;
     // Output is ordered by row (TF sorts by row, keeping the input order within a row).
     std::vector<int64_t> start(rows + 1, 0);
     for (int64_t r = 0; r < rows; ++r) start[r + 1] = start[r] + std::max<int64_t>(count[r], 1);
@@ -139,8 +143,10 @@ class SparseReshapeKernel : public OpKernel {
       return Err(node_, absl::StrCat("cannot reshape ", dense, " elements to the new shape"));
     }
     const int64_t n = indices.dim(0);
-    Tensor& out = ctx.Allocate(0, DType::kInt64, Shape{n, new_rank});
-    Tensor& out_shape_t = ctx.Allocate(1, DType::kInt64, Shape{new_rank});
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kInt64, Shape{n, new_rank}));
+    Tensor& out = *out_ptr;
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_shape_t_ptr, ctx.Allocate(1, DType::kInt64, Shape{new_rank}));
+    Tensor& out_shape_t = *out_shape_t_ptr;
     std::copy(out_shape.begin(), out_shape.end(), out_shape_t.data<int64_t>());
     for (int64_t i = 0; i < n; ++i) {
       int64_t linear = 0;
@@ -187,7 +193,8 @@ class SparseSegmentReduceKernel : public OpKernel {
     const int64_t row = data.num_elements() / std::max<int64_t>(data.dim(0), 1);
     Shape shape = data.shape();
     shape.set_dim(0, num_segments);
-    Tensor& out = ctx.Allocate(0, DType::kFloat32, shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kFloat32, shape));
+    Tensor& out = *out_ptr;
     float* o = out.data<float>();
     std::fill(o, o + out.num_elements(), 0.f);
     std::vector<int64_t> counts(num_segments, 0);
@@ -238,7 +245,8 @@ class SparseToDenseKernel : public OpKernel {
     if (values.num_elements() != 1 && values.num_elements() != n) {
       return Err(node_, "values must be a scalar or one per index");
     }
-    Tensor& out = ctx.Allocate(0, values.dtype(), shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, values.dtype(), shape));
+    Tensor& out = *out_ptr;
     for (int64_t i = 0; i < out.num_elements(); ++i) CopyElement(ctx.inputs[3], 0, out, i);
     for (int64_t i = 0; i < n; ++i) {
       int64_t linear = 0;

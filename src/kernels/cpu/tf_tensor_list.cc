@@ -47,7 +47,8 @@ class TensorListReserveKernel : public OpKernel {
     } else {
       shape.push_back(0);
     }
-    Tensor& out = ctx.Allocate(0, dtype_, shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, dtype_, shape));
+    Tensor& out = *out_ptr;
     if (dtype_ != DType::kString && out.byte_size() > 0) std::memset(out.raw_data(), 0, out.byte_size());
     return absl::OkStatus();
   }
@@ -101,7 +102,8 @@ class TensorListSetItemKernel : public OpKernel {
     for (int64_t d : item.shape().dims()) shape.push_back(d);
     bool same = list.rank() == shape.rank();
     for (int i = 1; same && i < shape.rank(); ++i) same = list.dim(i) == shape.dim(i);
-    Tensor& out = ctx.Allocate(0, list.dtype(), shape);
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, list.dtype(), shape));
+    Tensor& out = *out_ptr;
     const int64_t row = item.num_elements();
     if (same) {
       out.CopyFrom(list);

@@ -130,8 +130,11 @@ class NonMaxSuppressionKernel : public MathKernel {
         }
       }
     }
-    Tensor& out =
-        ctx.Allocate(0, DType::kInt64, Shape({static_cast<int64_t>(selected_rows.size() / 3), 3}));
+    KILN_ASSIGN_OR_RETURN(
+        Tensor* const out_ptr,
+        ctx.Allocate(0, DType::kInt64,
+                     Shape({static_cast<int64_t>(selected_rows.size() / 3), 3})));
+    Tensor& out = *out_ptr;
     std::copy(selected_rows.begin(), selected_rows.end(), out.data<int64_t>());
     return absl::OkStatus();
   }
@@ -507,7 +510,7 @@ class MaxUnpoolKernel : public MathKernel {
     const Tensor& indices = ctx.inputs[1];
     if (!ctx.outputs[0].valid()) {
       KILN_ASSIGN_OR_RETURN(Shape shape, OutShape(&ctx.inputs[2]));
-      ctx.Allocate(0, x.dtype(), shape);
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), shape).status());
     }
     Tensor& y = ctx.outputs[0];
     const int rank = y.rank();
