@@ -82,6 +82,9 @@ std::vector<FlagSpec> FlagTable(ServeFlags* f) {
       {"disable_optimizer", &f->disable_optimizer, "Kiln: run imported graphs unoptimized"},
       {"rest_api_max_body_bytes", &f->rest_api_max_body_bytes,
        "Kiln: largest accepted HTTP request body; larger ones get 413"},
+      {"run_memory_budget_bytes", &f->run_memory_budget_bytes,
+       "Kiln: bytes one model run may hold (intermediate values, outputs, tensors sized by "
+       "request values); a request beyond it gets RESOURCE_EXHAUSTED / 429 (0: half of RAM)"},
       {"rest_api_address", &f->rest_api_address, "Kiln: address the REST API listens on"},
       {"grpc_address", &f->grpc_address, "Kiln: address the gRPC API listens on"},
   };
@@ -184,7 +187,8 @@ absl::StatusOr<ServeFlags> ParseServeFlags(const std::vector<std::string>& args)
            {"tensorflow_inter_op_parallelism", flags.tensorflow_inter_op_parallelism},
            {"grpc_max_threads", flags.grpc_max_threads},
            {"num_load_threads", flags.num_load_threads},
-           {"rest_api_max_body_bytes", flags.rest_api_max_body_bytes}}) {
+           {"rest_api_max_body_bytes", flags.rest_api_max_body_bytes},
+           {"run_memory_budget_bytes", flags.run_memory_budget_bytes}}) {
     if (value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("invalid value \"", value, "\" for flag --", name, " (must be >= 0)"));

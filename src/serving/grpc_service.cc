@@ -16,6 +16,21 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+namespace {
+// Runs one RPC's work; an exception that escapes it (a failed allocation while decoding or
+// encoding) becomes this RPC's error instead of gRPC's "Unexpected error in RPC handling".
+template <typename Fn>
+absl::Status Guarded(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory while handling this request");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+  }
+}
+}  // namespace
+
 absl::StatusOr<ModelSpecRef> SpecFromProto(const ModelSpec& spec) {
   if (spec.name().empty()) return absl::InvalidArgumentError("Missing ModelSpec");
   ModelSpecRef ref;
@@ -52,7 +67,7 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
                                             PredictResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     std::map<std::string, Tensor> inputs;
     for (const auto& [key, proto] : request->inputs()) {
@@ -68,7 +83,7 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
     }
     FillSpec(*servable, result.signature->key, response->mutable_model_spec());
     return absl::OkStatus();
-  }();
+  });
   Record(request->model_spec().name(), "predict", status, start_ns);
   return ToGrpcStatus(status);
 }
@@ -78,7 +93,7 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
                                              ClassificationResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     KILN_ASSIGN_OR_RETURN(
         *response->mutable_result(),
@@ -86,7 +101,7 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
     const std::string& name = request->model_spec().signature_name();
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
-  }();
+  });
   Record(request->model_spec().name(), "classify", status, start_ns);
   return ToGrpcStatus(status);
 }
@@ -95,7 +110,7 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const Regressi
                                             RegressionResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     KILN_ASSIGN_OR_RETURN(
         *response->mutable_result(),
@@ -103,7 +118,7 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const Regressi
     const std::string& name = request->model_spec().signature_name();
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
-  }();
+  });
   Record(request->model_spec().name(), "regress", status, start_ns);
   return ToGrpcStatus(status);
 }
@@ -114,13 +129,13 @@ grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   std::string model;
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     if (request->tasks().empty()) return absl::InvalidArgumentError("Empty tasks list");
     model = request->tasks(0).model_spec().name();
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->tasks(0).model_spec()));
     KILN_ASSIGN_OR_RETURN(*response, RunMultiInference(*servable, *request));
     return absl::OkStatus();
-  }();
+  });
   Record(model, "multi_inference", status, start_ns);
   return ToGrpcStatus(status);
 }
@@ -129,7 +144,7 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
                                                      const GetModelMetadataRequest* request,
                                                      GetModelMetadataResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     if (request->metadata_field().empty()) {
       return absl::InvalidArgumentError(
           "GetModelMetadataRequest must specify at least one metadata_field");
@@ -161,7 +176,7 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
     response->mutable_model_spec()->set_name(servable->name());
     response->mutable_model_spec()->mutable_version()->set_value(servable->version());
     return absl::OkStatus();
-  }();
+  });
   return ToGrpcStatus(status);
 }
 
@@ -169,7 +184,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
                                               const GetModelStatusRequest* request,
                                               GetModelStatusResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = [&]() -> absl::Status {
+  const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(ModelSpecRef ref, SpecFromProto(request->model_spec()));
     std::optional<int64_t> version = ref.version;
     if (!ref.label.empty()) {
@@ -185,7 +200,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
       out->mutable_status()->set_error_message(std::string(v.status.message()));
     }
     return absl::OkStatus();
-  }();
+  });
   return ToGrpcStatus(status);
 }
 

@@ -856,12 +856,20 @@ absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
     }
     std::vector<element> flat;
     Flatten(data, &flat);
-    Tensor tensor(dtype, Shape(dims));
-    if (static_cast<int64_t>(flat.size()) != tensor.num_elements()) {
-      return Invalid(name, absl::StrCat("shape ", tensor.shape().ToString(), " needs ",
-                                        tensor.num_elements(), " values, \"data\" has ",
-                                        flat.size()));
+    // Check the declared shape against the data before allocating: a shape is a number a
+    // client sends, the data is what it actually sent.
+    auto count = CheckedNumElements(dims);
+    if (!count.ok()) {
+      return Invalid(name, absl::StrCat("declared shape and data size disagree: ",
+                                        count.status().message(), ", \"data\" has ",
+                                        flat.size(), " values"));
     }
+    if (static_cast<int64_t>(flat.size()) != *count) {
+      return Invalid(name, absl::StrCat("declared shape and data size disagree: shape ",
+                                        Shape(dims).ToString(), " needs ", *count,
+                                        " values, \"data\" has ", flat.size()));
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, Shape(dims)));
     for (size_t i = 0; i < flat.size(); ++i) {
       KILN_RETURN_IF_ERROR(StoreLeaf(flat[i], dtype, name, tensor.raw_data(), i));
     }

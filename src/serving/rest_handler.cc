@@ -220,6 +220,19 @@ RestHandler::RestHandler(ServerCore* core, ServingMetrics* metrics, std::string 
     : core_(core), metrics_(metrics), metrics_path_(std::move(metrics_path)) {}
 
 HttpResponse RestHandler::Handle(const HttpRequest& request) const {
+  // The last line of defence: whatever escapes a handler (a failed allocation while
+  // decoding or encoding) is this request's error, never the server's end.
+  try {
+    return Route(request);
+  } catch (const std::bad_alloc&) {
+    return ErrorResponse(
+        absl::ResourceExhaustedError("out of memory while handling this request"));
+  } catch (const std::exception& e) {
+    return ErrorResponse(absl::InternalError(absl::StrCat("unexpected error: ", e.what())));
+  }
+}
+
+HttpResponse RestHandler::Route(const HttpRequest& request) const {
   absl::string_view path = request.target;
   path = path.substr(0, path.find('?'));
   if (!metrics_path_.empty() && path == metrics_path_ && request.method == "GET") {

@@ -102,6 +102,8 @@ int RunServer(const ServeFlags& flags) {
   options.model_options.tags = flags.saved_model_tags;
   options.model_options.disable_optimizer = flags.disable_optimizer;
   options.model_options.allow_compression = flags.allow_compression;
+  options.model_options.run_memory_budget_bytes =
+      static_cast<size_t>(flags.run_memory_budget_bytes);  // checked >= 0 by the parser
   options.model_options.intra_op_threads = static_cast<int>(flags.tensorflow_intra_op_parallelism);
   options.model_options.inter_op_threads = static_cast<int>(flags.tensorflow_inter_op_parallelism);
   options.enable_model_warmup = flags.enable_model_warmup;

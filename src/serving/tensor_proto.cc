@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/core/memory_budget.h"
+#include "kiln/core/status.h"
 
 namespace kiln::serving {
 
@@ -86,6 +88,28 @@ absl::Status CopyHalf(const Field& values, Tensor* tensor, absl::string_view nam
 
 }  // namespace
 
+// How many values of `dtype` the proto's typed field holds.
+static int ValueCount(const tensorflow::TensorProto& proto, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return proto.float_val_size();
+    case DType::kFloat64: return proto.double_val_size();
+    case DType::kFloat16:
+    case DType::kBFloat16: return proto.half_val_size();
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+    case DType::kUInt16:
+    case DType::kInt32: return proto.int_val_size();
+    case DType::kUInt32: return proto.uint32_val_size();
+    case DType::kInt64: return proto.int64_val_size();
+    case DType::kUInt64: return proto.uint64_val_size();
+    case DType::kBool: return proto.bool_val_size();
+    case DType::kString: return proto.string_val_size();
+    case DType::kInvalid: break;
+  }
+  return 0;
+}
+
 absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
                                        absl::string_view name) {
   auto dtype_or = DTypeFromProto(proto.dtype());
@@ -105,17 +129,44 @@ absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
     }
     dims.push_back(dim.size());
   }
-  Tensor tensor(dtype, Shape(dims));
+  // The declared shape is checked against the values sent before anything is allocated: a
+  // shape is a number a client sends, the values are what it actually sent.
+  const Shape shape(dims);
+  auto count = CheckedNumElements(dims);
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "': declared shape and data size disagree: ", count.status().message()));
+  }
+  const int64_t n = *count;
   if (dtype != DType::kString && !proto.tensor_content().empty()) {
-    if (proto.tensor_content().size() != tensor.byte_size()) {
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    if (proto.tensor_content().size() != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", name, "': tensor_content has ", proto.tensor_content().size(),
-          " bytes, shape ", tensor.shape().ToString(), " of ", DTypeName(dtype), " needs ",
-          tensor.byte_size()));
+          "tensor '", name, "': declared shape and data size disagree: tensor_content has ",
+          proto.tensor_content().size(), " bytes, shape ", shape.ToString(), " of ",
+          DTypeName(dtype), " needs ", bytes));
     }
-    std::memcpy(tensor.raw_data(), proto.tensor_content().data(), tensor.byte_size());
+    KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));
+    std::memcpy(tensor.raw_data(), proto.tensor_content().data(), bytes);
     return tensor;
   }
+  const int values = ValueCount(proto, dtype);
+  if (values != n && values != 1 && !(values == 0 && n == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "': declared shape and data size disagree: shape ", shape.ToString(),
+        " needs ", n, " values, the proto has ", values));
+  }
+  // One value fills the whole shape (TensorFlow's rule), so a few bytes can ask for any size:
+  // what one value expands to is held to the default run memory budget.
+  if (values == 1 && n > 1) {
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    if (n > static_cast<int64_t>(MemoryBudget::DefaultLimit() / DTypeSize(dtype))) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tensor '", name, "': one value repeated to shape ", shape.ToString(), " needs ", bytes,
+          " bytes, over the memory budget of ", MemoryBudget::DefaultLimit(), " bytes"));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));
   absl::Status status;
   switch (dtype) {
     case DType::kFloat32: status = CopyTyped<float>(proto.float_val(), &tensor, name); break;

@@ -43,6 +43,7 @@ class ServerProcess {
   int WaitForExit(double timeout_s = 20);
   std::string Log() const;  // stderr and stdout so far
 
+  pid_t pid() const { return pid_; }  // -1 once it has exited
   int grpc_port() const { return grpc_port_; }
   int rest_port() const { return rest_port_; }
   std::unique_ptr<tensorflow::serving::PredictionService::Stub> PredictionStub() const;

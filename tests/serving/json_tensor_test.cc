@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -237,6 +238,27 @@ TEST(JsonTensorTest, KServeV2InferRequest) {
       R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [1]}]})",
       signature);
   EXPECT_FALSE(wrong_type.ok());
+}
+
+// A declared shape is a number; the data is what the client sent. Disagreement is the
+// client's error, found before anything is allocated for the declared shape.
+TEST(JsonTensorTest, KServeV2DeclaredShapeMustMatchTheData) {
+  const auto signature = OneInput(DType::kFloat32);
+  for (const char* shape : {"[1073741824, 16]", "[4294967296, 4294967296]",
+                            "[4611686018427387904, 4]", "[9223372036854775807, 2]"}) {
+    auto request = ParseV2InferRequest(
+        absl::StrCat(R"({"inputs": [{"name": "x", "shape": )", shape,
+                     R"(, "datatype": "FP32", "data": []}]})"),
+        signature);
+    ASSERT_FALSE(request.ok()) << shape;
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument) << shape;
+    EXPECT_THAT(request.status().message(), HasSubstr("declared shape and data size disagree"));
+  }
+  auto empty = ParseV2InferRequest(
+      R"({"inputs": [{"name": "x", "shape": [0, 1], "datatype": "FP32", "data": []}]})",
+      signature);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->inputs.at("x").shape(), (Shape{0, 1}));
 }
 
 }  // namespace

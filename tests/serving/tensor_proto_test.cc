@@ -62,5 +62,33 @@ TEST(TensorProtoTest, ErrorsNameTheTensor) {
   EXPECT_FALSE(TensorFromProto(proto, "x").ok());
 }
 
+TEST(TensorProtoTest, DeclaredShapeMustMatchTheValuesBeforeAllocating) {
+  auto with_shape = [](std::vector<int64_t> dims) {
+    tensorflow::TensorProto proto;
+    proto.set_dtype(tensorflow::DT_FLOAT);
+    for (int64_t d : dims) proto.mutable_tensor_shape()->add_dim()->set_size(d);
+    return proto;
+  };
+  for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{
+           {1073741824, 16}, {4294967296, 4294967296}, {4611686018427387904, 4}}) {
+    auto tensor = TensorFromProto(with_shape(dims), "x");
+    ASSERT_FALSE(tensor.ok());
+    EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument) << tensor.status();
+    EXPECT_THAT(tensor.status().message(),
+                ::testing::HasSubstr("declared shape and data size disagree"));
+  }
+  // One value repeated to a shape no machine holds is refused, not attempted.
+  tensorflow::TensorProto one = with_shape({int64_t{1} << 40, 16});
+  one.add_float_val(1.0f);
+  auto repeated = TensorFromProto(one, "x");
+  EXPECT_EQ(repeated.status().code(), absl::StatusCode::kResourceExhausted) << repeated.status();
+  tensorflow::TensorProto content = with_shape({4611686018427387904, 4});
+  content.set_tensor_content(std::string(16, '\0'));
+  EXPECT_EQ(TensorFromProto(content, "x").status().code(), absl::StatusCode::kInvalidArgument);
+  auto empty = TensorFromProto(with_shape({0, 3}), "x");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->shape(), (Shape{0, 3}));
+}
+
 }  // namespace
 }  // namespace kiln::serving

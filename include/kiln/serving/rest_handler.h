@@ -34,6 +34,7 @@ class RestHandler {
   HttpResponse Handle(const HttpRequest& request) const;
 
  private:
+  HttpResponse Route(const HttpRequest& request) const;  // Handle without its guard
   HttpResponse HandleV1(const HttpRequest& request, absl::string_view path) const;
   HttpResponse HandleV2(const HttpRequest& request, absl::string_view path) const;
 

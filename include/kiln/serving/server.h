@@ -47,6 +47,7 @@ struct ServeFlags {
   bool allow_compression = false;
   bool disable_optimizer = false;
   int64_t rest_api_max_body_bytes = 256ll << 20;
+  int64_t run_memory_budget_bytes = 0;  // 0: half of the machine's RAM
   std::string rest_api_address = "0.0.0.0";
   std::string grpc_address = "0.0.0.0";
 };
