@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/fused_elementwise.h"
+#include "kiln/kernels/fused_post_ops.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -78,6 +79,14 @@ class GraphView {
     if (t->dtype() == DType::kFloat64) return static_cast<float>(t->data<double>()[0]);
     return std::nullopt;
   }
+  // True when a one-element constant `c` broadcast against `x` cannot raise the result's rank
+  // (a pattern that treats it as a scalar must not change the output's shape).
+  bool KeepsRankOf(ValueId c, ValueId x) const {
+    const Tensor* t = Constant(c);
+    if (t == nullptr || t->rank() == 0) return true;
+    const ir::TensorType& xt = g_.value(x).type;
+    return xt.rank_known ? t->rank() <= xt.rank() : t->rank() <= 1;
+  }
   bool IsFloat(ValueId v) const {
     return v >= 0 && v < g_.num_values() && g_.value(v).type.dtype == DType::kFloat32;
   }
@@ -92,9 +101,15 @@ bool Is(const Node* n, absl::string_view op) {
   return n != nullptr && !n->removed && n->domain.empty() && n->op == op;
 }
 
-bool Near(std::optional<float> v, float target, float tol = 1e-4f) {
+// A pattern's irrational constants (1/sqrt(2)) are matched within a few float ulps, which is
+// how differently-computed float32 roundings of the same number differ. A looser match would
+// change what the graph computes: x / 1.4143 is not GELU's x / sqrt(2).
+bool Near(std::optional<float> v, float target, float tol = 1e-6f) {
   return v.has_value() && std::fabs(*v - target) <= tol * std::max(1.0f, std::fabs(target));
 }
+
+// Rational constants (0.5, 1, 2) are matched exactly: a Mul by 0.5001 is not a GELU's halving.
+bool Exactly(std::optional<float> v, float target) { return v.has_value() && *v == target; }
 
 // Moves `to`'s output value so that `from` now produces it (used when a rewrite makes an
 // earlier node compute what the last node of a pattern produced).
@@ -137,13 +152,28 @@ absl::StatusOr<std::string> FoldBatchNormIntoConv(Graph& g) {
     Tensor new_w = w->Clone();
     Tensor new_b(DType::kFloat32, Shape{m});
     const int64_t per_channel = w->num_elements() / std::max<int64_t>(1, m);
-    for (int64_t c = 0; c < m; ++c) {
+    // Folding scales the weights before the convolution instead of its output after. That
+    // computes the same only while the factor and the scaled weights are ordinary numbers: an
+    // infinite factor (var + eps == 0) turns a zero weight into NaN where the unfused graph has
+    // 0 * Inf only for a zero output, and a weight that overflows (or underflows to 0) when
+    // scaled makes 0 * w (or Inf * w) NaN where the unfused graph has 0 (or Inf). Such a
+    // BatchNorm stays as it is.
+    bool exact = true;
+    for (int64_t c = 0; c < m && exact; ++c) {
+      // The factor exactly as the BatchNormalization kernel computes it.
       const float s = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
+      exact = std::isfinite(s);
       float* row = new_w.data<float>() + c * per_channel;
-      for (int64_t i = 0; i < per_channel; ++i) row[i] *= s;
+      for (int64_t i = 0; i < per_channel && exact; ++i) {
+        const float scaled = row[i] * s;
+        exact = !(std::isfinite(row[i]) && !std::isfinite(scaled)) &&
+                !(row[i] != 0.0f && s != 0.0f && scaled == 0.0f);
+        row[i] = scaled;
+      }
       const float bias = b ? b->data<float>()[c] : 0.0f;
       new_b.data<float>()[c] = (bias - mean->data<float>()[c]) * s + shift->data<float>()[c];
     }
+    if (!exact) continue;
     const NodeId conv_id = IdOf(g, conv);
     const ValueId w_id = g.AddConstant(g.value(conv->inputs[1]).name + "_bnfolded", std::move(new_w));
     const ValueId b_id = g.AddConstant(g.UniqueName(conv->name + "_bias_bnfolded"), std::move(new_b));
@@ -252,10 +282,13 @@ absl::StatusOr<std::string> FuseGelu(Graph& g) {
       }
     }
     if (x == kNoValue || !view.IsFloat(x)) continue;
+    std::vector<ValueId> constants = {scaled->inputs[0] == x ? scaled->inputs[1]
+                                                             : scaled->inputs[0]};
     Node* add = view.SoleConsumer(erf.outputs[0]);
     if (!Is(add, "Add")) continue;
     const int erf_side = add->inputs[0] == erf.outputs[0] ? 0 : 1;
-    if (!Near(view.ScalarFloat(add->inputs[1 - erf_side]), 1.0f)) continue;
+    if (!Exactly(view.ScalarFloat(add->inputs[1 - erf_side]), 1.0f)) continue;
+    constants.push_back(add->inputs[1 - erf_side]);
     Node* mul1 = view.SoleConsumer(add->outputs[0]);
     if (!Is(mul1, "Mul")) continue;
     const ValueId other = mul1->inputs[0] == add->outputs[0] ? mul1->inputs[1] : mul1->inputs[0];
@@ -266,7 +299,8 @@ absl::StatusOr<std::string> FuseGelu(Graph& g) {
       Node* mul2 = view.SoleConsumer(mul1->outputs[0]);
       if (!Is(mul2, "Mul")) continue;
       const int side = mul2->inputs[0] == mul1->outputs[0] ? 0 : 1;
-      if (!Near(view.ScalarFloat(mul2->inputs[1 - side]), 0.5f)) continue;
+      if (!Exactly(view.ScalarFloat(mul2->inputs[1 - side]), 0.5f)) continue;
+      constants.push_back(mul2->inputs[1 - side]);
       chain.push_back(mul2);
       out = mul2->outputs[0];
     } else {
@@ -274,9 +308,14 @@ absl::StatusOr<std::string> FuseGelu(Graph& g) {
       Node* half = view.Producer(other);
       if (!Is(half, "Mul") || !view.IsPrivate(other)) continue;
       const int side = half->inputs[0] == x ? 0 : half->inputs[1] == x ? 1 : -1;
-      if (side < 0 || !Near(view.ScalarFloat(half->inputs[1 - side]), 0.5f)) continue;
+      if (side < 0 || !Exactly(view.ScalarFloat(half->inputs[1 - side]), 0.5f)) continue;
+      constants.push_back(half->inputs[1 - side]);
       chain.push_back(half);
       out = mul1->outputs[0];
+    }
+    if (!std::all_of(constants.begin(), constants.end(),
+                     [&](ValueId c) { return view.KeepsRankOf(c, x); })) {
+      continue;
     }
     for (Node* n : chain) n->removed = true;
     Node gelu;
@@ -324,12 +363,16 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     const int var_side = view.ScalarFloat(add_eps->inputs[1]) ? 0 : 1;
     const std::optional<float> eps = view.ScalarFloat(add_eps->inputs[1 - var_side]);
     Node* var = view.Producer(add_eps->inputs[var_side]);
-    if (!eps || !Is(var, "ReduceMean") || !view.IsPrivate(add_eps->inputs[var_side])) continue;
+    if (!eps || !Is(var, "ReduceMean") || !view.IsPrivate(add_eps->inputs[var_side]) ||
+        !view.KeepsRankOf(add_eps->inputs[1 - var_side], x)) {
+      continue;
+    }
     Node* sq = view.Producer(var->inputs[0]);
     if (sq == nullptr || !view.IsPrivate(var->inputs[0])) continue;
-    const bool is_square = (Is(sq, "Pow") && sq->inputs[0] == sub->outputs[0] &&
-                            Near(view.ScalarFloat(sq->inputs[1]), 2.0f)) ||
-                           (Is(sq, "Mul") && sq->inputs[0] == sub->outputs[0] && sq->inputs[1] == sub->outputs[0]);
+    const bool is_square =
+        (Is(sq, "Pow") && sq->inputs[0] == sub->outputs[0] &&
+         Exactly(view.ScalarFloat(sq->inputs[1]), 2.0f) && view.KeepsRankOf(sq->inputs[1], x)) ||
+        (Is(sq, "Mul") && sq->inputs[0] == sub->outputs[0] && sq->inputs[1] == sub->outputs[0]);
     if (!is_square || view.Reads(sub->outputs[0]) != (Is(sq, "Mul") ? 3 : 2)) continue;
     const std::optional<int64_t> a1 = SingleAxis(view, *mean), a2 = SingleAxis(view, *var);
     const ir::TensorType& xt = g.value(x).type;
@@ -363,7 +406,8 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     if (width < 1) continue;
     Tensor gamma = Tensor::Zeros(DType::kFloat32, Shape{width});
     for (float& v : gamma.span<float>()) v = 1.0f;
-    Tensor beta = Tensor::Zeros(DType::kFloat32, Shape{width});
+    // No "+ beta" tail means no bias input, not a zero bias: -0.0 + 0.0 is +0.0.
+    std::optional<Tensor> beta;
     // Optional affine tail: * gamma, + beta (constants over the last axis).
     if (affine_mul != nullptr) {
       gamma = *gamma_value->Reshape(Shape{width});
@@ -383,11 +427,11 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     const std::string name = div.name.empty() ? "layernorm" : div.name + "_layernorm";
     for (Node* n : chain) n->removed = true;
     const ValueId gamma_id = g.AddConstant(name + "_gamma", gamma);
-    const ValueId beta_id = g.AddConstant(name + "_beta", beta);
     Node ln;
     ln.op = "LayerNormalization";
     ln.name = name;
-    ln.inputs = {x, gamma_id, beta_id};
+    ln.inputs = {x, gamma_id};
+    if (beta) ln.inputs.push_back(g.AddConstant(name + "_beta", *beta));
     ln.outputs = {out};
     ln.attrs["axis"] = int64_t{-1};
     ln.attrs["epsilon"] = *eps;
@@ -518,7 +562,21 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
             took = true;
           }
         }
-        if (!took && c == nullptr && SameType(g.value(other).type, g.value(out).type) &&
+        // The residual is oneDNN's sum post-op, so it may only follow post-ops that run inside
+        // the primitive (kernels/fused_post_ops.h): after a Relu it would have to run before the
+        // kernel's epilogue applies that Relu.
+        bool inside_primitive = true;
+        for (size_t i = 0; i < post_ops.size(); ++i) {
+          inside_primitive =
+              inside_primitive && kernels::PostOpRunsInsidePrimitive(post_ops[i], alphas[i]);
+        }
+        // The kernel may write its output over the residual's memory, so the residual must not
+        // also be an operand the product still reads (x @ W + x, a conv's input added back).
+        const Node& self = g.node(id);
+        const bool residual_is_operand =
+            std::find(self.inputs.begin(), self.inputs.end(), other) != self.inputs.end();
+        if (!took && c == nullptr && inside_primitive && !residual_is_operand &&
+            SameType(g.value(other).type, g.value(out).type) &&
             std::find(post_ops.begin(), post_ops.end(), "Add") == post_ops.end() &&
             !(g.node(id).op == "Gemm" && g.node(id).GetFloat("alpha", 1.0f) != 1.0f)) {
           Node& self = g.node(id);
@@ -649,10 +707,19 @@ absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
     kernels::FusedElementwiseBuilder builder;
     std::map<ValueId, std::string> reg;
     std::vector<ValueId> inputs;
-    auto operand = [&](ValueId v) -> std::string {
+    // A one-element constant becomes an immediate only where it cannot raise the result's rank
+    // (x[5] + c[1,1] is [1,5]; the fused node's shape comes from its tensor inputs alone).
+    auto operand = [&](ValueId v, ValueId other) -> std::string {
       auto it = reg.find(v);
       if (it != reg.end()) return it->second;
-      if (auto s = view.ScalarFloat(v)) return kernels::FusedElementwiseBuilder::Constant(*s);
+      const Tensor* c = view.Constant(v);
+      const ir::TensorType* ot = other == kNoValue ? nullptr : &g.value(other).type;
+      const bool keeps_rank =
+          c != nullptr &&
+          (c->rank() == 0 || (ot != nullptr && ot->rank_known && c->rank() <= ot->rank()));
+      if (auto s = view.ScalarFloat(v); s && keeps_rank) {
+        return kernels::FusedElementwiseBuilder::Constant(*s);
+      }
       const std::string r = kernels::FusedElementwiseBuilder::Input(static_cast<int>(inputs.size()));
       inputs.push_back(v);
       reg[v] = r;
@@ -662,11 +729,11 @@ absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
       const Node& n = g.node(id);
       std::string dst;
       if (BinaryElementwise().count(n.op)) {
-        const std::string a = operand(n.inputs[0]);
-        const std::string b = operand(n.inputs[1]);
+        const std::string a = operand(n.inputs[0], n.inputs[1]);
+        const std::string b = operand(n.inputs[1], n.inputs[0]);
         dst = builder.Binary(n.op, a, b);
       } else {
-        dst = builder.Unary(n.op, operand(n.inputs[0]), *UnaryAttrs(view, n));
+        dst = builder.Unary(n.op, operand(n.inputs[0], kNoValue), *UnaryAttrs(view, n));
       }
       reg[n.outputs[0]] = dst;
     }

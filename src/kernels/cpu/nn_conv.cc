@@ -216,7 +216,7 @@ class ConvKernel : public OpKernel {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::post_ops ops;
-    KILN_RETURN_IF_ERROR(AppendPostOps(post_ops_, ops));
+    KILN_ASSIGN_OR_RETURN(epilogue_, AppendPostOps(node_, post_ops_, ops));
     attr.set_post_ops(ops);
     auto& engine = CpuEngine();
     memory::desc chosen_x, chosen_w, chosen_y, scratch;
@@ -373,12 +373,14 @@ class ConvKernel : public OpKernel {
     primitive_.execute(stream, args);
     if (reorder_y_) y_reorder_.execute(stream, y_mem, user_y);
     stream.wait();
+    ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
   }
 
   ir::Node node_;
   bool transpose_;
   std::vector<PostOp> post_ops_;
+  std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool has_bias_ = false;
   int residual_index_ = -1;
   memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,

@@ -2,9 +2,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/simd/ops.h"
+#include "kiln/kernels/fused_post_ops.h"
 
 namespace kiln::kernels::nn {
 
@@ -84,66 +88,97 @@ absl::StatusOr<std::vector<PostOp>> ReadPostOps(const ir::Node& node) {
   return ops;
 }
 
-absl::Status AppendPostOps(const std::vector<PostOp>& post_ops, dnnl::post_ops& ops) {
+absl::StatusOr<std::vector<PostOp>> AppendPostOps(const ir::Node& node,
+                                                  const std::vector<PostOp>& post_ops,
+                                                  dnnl::post_ops& ops) {
+  std::vector<PostOp> epilogue;
   for (const PostOp& op : post_ops) {
-    if (op.kind == "Add") {
-      ops.append_sum(1.0f);
+    if (epilogue.empty() && PostOpRunsInsidePrimitive(op.kind, op.alpha)) {
+      if (op.kind == "Add") {
+        ops.append_sum(1.0f);
+        continue;
+      }
+      for (const auto& a : kActivations) {
+        if (op.kind == a.name) ops.append_eltwise(1.0f, a.alg, op.alpha, op.beta);
+      }
       continue;
     }
-    for (const auto& a : kActivations) {
-      if (op.kind != a.name) continue;
-      float alpha = 0, beta = 0;
-      if (op.kind == "LeakyRelu" || op.kind == "Elu") alpha = op.alpha;
-      if (op.kind == "Clip") {
-        alpha = op.alpha;
-        beta = op.beta;
-      }
-      if (op.kind == "HardSigmoid") {
-        alpha = op.alpha;
-        beta = op.beta;
-      }
-      ops.append_eltwise(1.0f, a.alg, alpha, beta);
+    if (op.kind == "Add") {
+      // The residual is oneDNN's sum post-op, which cannot follow an epilogue activation.
+      return absl::InvalidArgumentError(absl::StrCat(
+          node.Describe(), ": a residual Add after post-op \"", epilogue.front().kind,
+          "\" is not supported (it must run inside oneDNN, and that activation cannot)"));
     }
+    epilogue.push_back(op);
   }
-  return absl::OkStatus();
+  return epilogue;
 }
 
-void ApplyActivation(const PostOp& op, float* x, int64_t n) {
-  const std::string& k = op.kind;
-  if (k == "Relu") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0 ? x[i] : 0;
-  } else if (k == "LeakyRelu") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : x[i] * op.alpha;
-  } else if (k == "Clip") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::fmin(std::fmax(x[i], op.alpha), op.beta);
-  } else if (k == "Sigmoid") {
-    for (int64_t i = 0; i < n; ++i) x[i] = 1.0f / (1.0f + std::exp(-x[i]));
-  } else if (k == "Tanh") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
-  } else if (k == "Elu") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0 ? x[i] : op.alpha * (std::exp(x[i]) - 1);
-  } else if (k == "HardSigmoid") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::fmax(0.0f, std::fmin(1.0f, op.alpha * x[i] + op.beta));
-  } else if (k == "HardSwish") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * std::fmax(0.0f, std::fmin(1.0f, x[i] / 6.0f + 0.5f));
-  } else if (k == "Softplus") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 20 ? x[i] : std::log1p(std::exp(x[i]));
-  } else if (k == "Gelu") {
-    for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
-  } else if (k == "GeluTanh") {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      x[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    }
-  } else if (k == "Exp") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
-  } else if (k == "Abs") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::fabs(x[i]);
-  } else if (k == "Sqrt") {
-    for (int64_t i = 0; i < n; ++i) x[i] = std::sqrt(x[i]);
-  } else if (k == "Square") {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * x[i];
+namespace {
+
+struct VectorActivation {
+  simd::UnaryOp op = simd::UnaryOp::kIdentity;
+  simd::UnaryParams params;
+};
+
+// The vector-loop op of the unfused activation node that `op` stands for.
+VectorActivation ToVector(const PostOp& op) {
+  using simd::UnaryOp;
+  static const std::pair<const char*, UnaryOp> kOps[] = {
+      {"Relu", UnaryOp::kRelu},
+      {"LeakyRelu", UnaryOp::kLeakyRelu},
+      {"Clip", UnaryOp::kClip},
+      {"Sigmoid", UnaryOp::kSigmoid},
+      {"Tanh", UnaryOp::kTanh},
+      {"Elu", UnaryOp::kElu},
+      {"HardSwish", UnaryOp::kHardSwish},
+      {"HardSigmoid", UnaryOp::kHardSigmoid},
+      {"Softplus", UnaryOp::kSoftplus},
+      {"Gelu", UnaryOp::kGelu},
+      {"GeluTanh", UnaryOp::kGeluTanh},
+      {"Exp", UnaryOp::kExp},
+      {"Abs", UnaryOp::kAbs},
+      {"Sqrt", UnaryOp::kSqrt},
+      {"Square", UnaryOp::kSquare},
+  };
+  VectorActivation v;
+  for (const auto& [name, unary] : kOps) {
+    if (op.kind == name) v.op = unary;
   }
+  // Parameters as the unfused kernels read them (simd/ops.h): Clip alpha = min, beta = max.
+  v.params.alpha = op.alpha;
+  v.params.beta = op.beta;
+  return v;
+}
+
+}  // namespace
+
+void ApplyActivation(const PostOp& op, float* x, int64_t n) {
+  const VectorActivation v = ToVector(op);
+  simd::Best().unary(v.op, v.params, x, x, n);
+}
+
+void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
+                   const ComputeContext& ctx) {
+  if (epilogue.empty() || n <= 0) return;
+  constexpr int kMaxOps = 8;
+  VectorActivation ops[kMaxOps];
+  const int count = static_cast<int>(std::min<size_t>(epilogue.size(), kMaxOps));
+  for (int i = 0; i < count; ++i) ops[i] = ToVector(epilogue[i]);
+  const simd::Kernels& kernels = simd::Best();
+  // Blocks that stay in L1 while every activation passes over them. An output under
+  // kMinChunk floats (a few tens of microseconds of work) runs on the calling thread: waking
+  // the OpenMP team for it costs more than it saves, a lot more where cores are shared.
+  constexpr int64_t kBlock = 4096;
+  constexpr int64_t kMinChunk = int64_t{1} << 17;
+  ctx.ParallelFor(n, kMinChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t m = std::min(kBlock, end - b);
+      for (int i = 0; i < count; ++i)
+        kernels.unary(ops[i].op, ops[i].params, data + b, data + b, m);
+    }
+  });
+  for (size_t i = kMaxOps; i < epilogue.size(); ++i) ApplyActivation(epilogue[i], data, n);
 }
 
 ScopedDnnlThreads::ScopedDnnlThreads(int threads) : previous_(omp_get_max_threads()) {

@@ -9,17 +9,21 @@
 //                         , Softplus, Gelu (erf), GeluTanh, Exp, Abs, Sqrt, Square.
 //   attr "post_op_alphas", "post_op_betas": floats, one per entry (LeakyRelu/Elu alpha; Clip
 //                          min/max); ignored where unused.
+// Only the post-ops that oneDNN computes exactly like the unfused ops run inside the primitive
+// (include/kiln/kernels/fused_post_ops.h); the rest form the kernel's epilogue, run on the
+// output after the primitive by ApplyEpilogue in the unfused ops' own vector loops, so a fused
+// node gives what the unfused nodes give, NaN, infinities and signed zeros included.
 #pragma once
 
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ir/graph.h"
+#include "kiln/kernels/kernel.h"
 
 namespace kiln::kernels::nn {
 
@@ -43,11 +47,20 @@ struct PostOp {
 absl::StatusOr<std::vector<PostOp>> ReadPostOps(const ir::Node& node);
 // Whether `kind` can be expressed as a oneDNN eltwise post-op.
 bool IsSupportedActivation(const std::string& kind);
-// Appends the post-ops to `ops`. "Add" becomes a sum post-op (dst must hold the residual
-// before execution).
-absl::Status AppendPostOps(const std::vector<PostOp>& post_ops, dnnl::post_ops& ops);
-// Applies one activation to a float buffer in place (for kernels not on oneDNN).
+// Appends to `ops` the leading post-ops that oneDNN computes exactly ("Add" becomes a sum
+// post-op: dst must hold the residual before execution) and returns the rest, the epilogue,
+// for ApplyEpilogue. InvalidArgument when an "Add" would have to follow an epilogue activation
+// (the optimizer never fuses that order).
+absl::StatusOr<std::vector<PostOp>> AppendPostOps(const ir::Node& node,
+                                                  const std::vector<PostOp>& post_ops,
+                                                  dnnl::post_ops& ops);
+// Applies one activation to a float buffer in place, exactly as the unfused activation node
+// computes it (the same vector loops).
 void ApplyActivation(const PostOp& op, float* data, int64_t n);
+// Applies the epilogue activations, in order, to the n floats of a primitive's output, in
+// place, on the context's intra-op threads. Nothing to do for an empty epilogue.
+void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
+                   const ComputeContext& ctx);
 
 // Sets the number of OpenMP threads oneDNN uses for primitives run by this thread, for the
 // lifetime of the object.

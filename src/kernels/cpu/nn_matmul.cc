@@ -143,7 +143,7 @@ class MatMulKernel : public OpKernel {
     dnnl::post_ops ops;
     // Pre-filled dst (general C) is added by a leading sum post-op.
     if (c_index_ >= 0) ops.append_sum(1.0f);
-    KILN_RETURN_IF_ERROR(AppendPostOps(post_ops_, ops));
+    KILN_ASSIGN_OR_RETURN(epilogue_, AppendPostOps(node_, post_ops_, ops));
     attr.set_post_ops(ops);
 
     use_loop_ = false;
@@ -264,6 +264,7 @@ class MatMulKernel : public OpKernel {
     }
     primitive_.execute(stream, args);
     stream.wait();
+    ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
   }
 
@@ -300,6 +301,7 @@ class MatMulKernel : public OpKernel {
   ir::Node node_;
   Flavor flavor_;
   std::vector<PostOp> post_ops_;
+  std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool trans_a_ = false, trans_b_ = false, batched_ = false, use_loop_ = false;
   float alpha_ = 1, beta_ = 1;
   int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;

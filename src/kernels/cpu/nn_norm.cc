@@ -244,13 +244,18 @@ class LayerNormKernel : public OpKernel {
     float* mean = ctx.outputs.size() > 1 && ctx.outputs[1].valid() ? ctx.outputs[1].data<float>() : nullptr;
     float* inv_std = ctx.outputs.size() > 2 && ctx.outputs[2].valid() ? ctx.outputs[2].data<float>() : nullptr;
     const int64_t inner = inner_, ss = scale_size_, bs = bias_size_;
-    NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), groups, inner, epsilon_, mean, inv_std,
-                    [&](int64_t, float* row) {
-                      if (ss == inner && (bs == inner || bs == 0)) {
-                        for (int64_t i = 0; i < inner; ++i) row[i] = row[i] * scale[i] + (bias ? bias[i] : 0.0f);
+    NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), groups, inner, epsilon_,
+                    mean, inv_std, [&](int64_t, float* row) {
+                      // Without B nothing is added: -0.0 + 0.0 would turn a -0.0 into +0.0.
+                      if (bias == nullptr && ss == inner) {
+                        for (int64_t i = 0; i < inner; ++i) row[i] = row[i] * scale[i];
+                      } else if (bias == nullptr) {
+                        for (int64_t i = 0; i < inner; ++i) row[i] = row[i] * scale[i % ss];
+                      } else if (ss == inner && bs == inner) {
+                        for (int64_t i = 0; i < inner; ++i) row[i] = row[i] * scale[i] + bias[i];
                       } else {
                         for (int64_t i = 0; i < inner; ++i) {
-                          row[i] = row[i] * scale[i % ss] + (bias ? bias[i % bs] : 0.0f);
+                          row[i] = row[i] * scale[i % ss] + bias[i % bs];
                         }
                       }
                     });

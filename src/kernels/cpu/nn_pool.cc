@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
@@ -18,6 +19,16 @@ namespace {
 
 enum class PoolKind { kMax, kAverage, kLp };
 
+// Max that propagates NaN, like ReduceMax, Max and the pooling of ONNX Runtime and PyTorch:
+// std::max(acc, v) drops a NaN v (acc < NaN is false), so a NaN image came out of MaxPool as
+// -inf. Ordered values pick exactly what std::max(acc, v) picks. Vectorizes to compare+blend.
+inline float MaxNan(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+template <typename T>
+bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  return false;
+}
+
 // Max or mean of a contiguous plane (GlobalMaxPool / GlobalAveragePool), in 8 lanes so the
 // compiler vectorizes it.
 float GlobalReduce(const float* x, int64_t n, bool max) {
@@ -25,11 +36,11 @@ float GlobalReduce(const float* x, int64_t n, bool max) {
   int64_t i = 0;
   for (int l = 0; l < 8; ++l) lanes[l] = max ? -std::numeric_limits<float>::infinity() : 0.0f;
   for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lanes[l] = max ? std::max(lanes[l], x[i + l]) : lanes[l] + x[i + l];
+    for (int l = 0; l < 8; ++l) lanes[l] = max ? MaxNan(lanes[l], x[i + l]) : lanes[l] + x[i + l];
   }
   float acc = max ? -std::numeric_limits<float>::infinity() : 0.0f;
-  for (int l = 0; l < 8; ++l) acc = max ? std::max(acc, lanes[l]) : acc + lanes[l];
-  for (; i < n; ++i) acc = max ? std::max(acc, x[i]) : acc + x[i];
+  for (int l = 0; l < 8; ++l) acc = max ? MaxNan(acc, lanes[l]) : acc + lanes[l];
+  for (; i < n; ++i) acc = max ? MaxNan(acc, x[i]) : acc + x[i];
   return max ? acc : acc / static_cast<float>(n);
 }
 
@@ -50,7 +61,7 @@ void Pool2D(const float* in, float* out, int64_t ih, int64_t iw, int64_t oh, int
       for (int64_t h = h0; h < h1; ++h) {
         const float* row = in + h * iw;
         if (max) {
-          for (int64_t w = w0; w < w1; ++w) acc = std::max(acc, row[w]);
+          for (int64_t w = w0; w < w1; ++w) acc = MaxNan(acc, row[w]);
         } else {
           for (int64_t w = w0; w < w1; ++w) acc += row[w];
         }
@@ -239,7 +250,7 @@ class PoolKernel : public OpKernel {
               for (int64_t w = w0; w < w1; ++w) {
                 const float* tap = in + (h * iw + w) * channels;
                 if (max) {
-                  for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], tap[c]);
+                  for (int64_t c = 0; c < channels; ++c) out[c] = MaxNan(out[c], tap[c]);
                 } else {
                   for (int64_t c = 0; c < channels; ++c) out[c] += tap[c];
                 }
@@ -247,8 +258,10 @@ class PoolKernel : public OpKernel {
             }
             if (!max) {
               const int64_t count = (h1 - h0) * (w1 - w0);
-              const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-              for (int64_t c = 0; c < channels; ++c) out[c] *= scale;
+              // Divided, not multiplied by 1/count: the NCHW loop divides, and the layout a
+              // pass picks must not change the result's rounding.
+              const float divisor = static_cast<float>(count);
+              for (int64_t c = 0; c < channels; ++c) out[c] = count > 0 ? out[c] / divisor : 0.0f;
             }
           }
         }
@@ -270,14 +283,14 @@ class PoolKernel : public OpKernel {
           for (int64_t i = 0; i < in_plane; ++i) {
             const float* row = in + i * channels;
             if (max) {
-              for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], row[c]);
+              for (int64_t c = 0; c < channels; ++c) out[c] = MaxNan(out[c], row[c]);
             } else {
               for (int64_t c = 0; c < channels; ++c) out[c] += row[c];
             }
           }
           if (!max) {
-            const float scale = 1.0f / static_cast<float>(in_plane);
-            for (int64_t c = 0; c < channels; ++c) out[c] *= scale;
+            const float divisor = static_cast<float>(in_plane);  // as GlobalReduce divides
+            for (int64_t c = 0; c < channels; ++c) out[c] /= divisor;
           }
         }
       });
@@ -325,7 +338,7 @@ class PoolKernel : public OpKernel {
                     const float v = in[flat];
                     ++count;
                     if (kind_ == PoolKind::kMax) {
-                      if (v > acc || arg < 0) {
+                      if (v > acc || arg < 0 || (v != v && acc == acc)) {
                         acc = v;
                         arg = flat;
                       }
@@ -422,7 +435,7 @@ class PoolKernel : public OpKernel {
                     const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
                     if (i2 < 0 || i2 >= id[2]) continue;
                     const int64_t flat = (i0 * id[1] + i1) * id[2] + i2;
-                    if (in[flat] > acc || arg < 0) {
+                    if (in[flat] > acc || arg < 0 || (IsNan(in[flat]) && !IsNan(acc))) {
                       acc = in[flat];
                       arg = flat;
                     }
