@@ -46,7 +46,7 @@ absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Shape& shape) {
   int64_t bytes;
   if (__builtin_mul_overflow(*n, element, &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), shape.ToString(),
-                                                   " needs more bytes than fit in 64 bits"));
+                                                   " needs more bytes than fit in 63 bits"));
   }
   return static_cast<size_t>(bytes);
 }

@@ -157,6 +157,29 @@ class ConvKernel : public OpKernel {
     KILN_ASSIGN_OR_RETURN(ConvGeometry g, ComputeGeometry(node_, x.shape, w.shape, transpose_));
     Shape out_shape{n, m};
     for (int64_t d : g.out_spatial) out_shape.push_back(d);
+    // No input channels (or an empty output): no work for oneDNN, whose primitive creation
+    // divides by these dimensions. Compute writes what the epilogue makes of a zero sum.
+    empty_work_ = out_shape.num_elements() == 0 || c == 0;
+    if (empty_work_) {
+      if (residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            node_.Describe(), ": residual input ", ctx.inputs[residual_index_].shape.ToString(),
+            " must match output ", out_shape.ToString()));
+      }
+      y_channels_last_ = x.shape.rank() == 4 && node_.GetInt("y_channels_last", 0) != 0;
+      if (residual_index_ >= 0 &&
+          (x.shape.rank() == 4 && node_.GetInt("residual_channels_last", 0) != 0) !=
+              y_channels_last_) {
+        return absl::UnimplementedError(absl::StrCat(
+            node_.Describe(), ": a convolution with no input channels and a residual in another "
+            "memory layout"));
+      }
+      ctx.scratch_bytes = 0;
+      ctx.SetNumOutputs(1);
+      ctx.output_dtypes[0] = DType::kFloat32;
+      ctx.output_shapes[0] = out_shape;
+      return absl::OkStatus();
+    }
 
     // Weights as oneDNN wants them: [G, O/G, I/G, k...] for groups (same bytes as ONNX's).
     memory::dims w_dims;
@@ -320,7 +343,36 @@ class ConvKernel : public OpKernel {
     return absl::OkStatus();
   }
 
+  // Output of a convolution with nothing to sum: bias per channel, then the post-ops.
+  absl::Status ComputeEmptyWork(ComputeContext& ctx) const {
+    Tensor& y = ctx.outputs[0];
+    const int64_t total = y.num_elements();
+    if (total == 0) return absl::OkStatus();
+    const int64_t channels = y.dim(1);
+    const int64_t spatial = total / (y.dim(0) * channels);
+    float* yv = y.data<float>();
+    std::vector<float> residual;
+    if (residual_index_ >= 0) {
+      const Tensor& r = ctx.inputs[residual_index_];
+      residual.assign(r.data<float>(), r.data<float>() + total);
+    }
+    const float* bias = has_bias_ ? ctx.inputs[2].data<float>() : nullptr;
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t channel = y_channels_last_ ? i % channels : (i / spatial) % channels;
+      yv[i] = bias != nullptr ? bias[channel] : 0.0f;
+    }
+    for (const PostOp& op : post_ops_) {
+      if (op.kind == "Add") {
+        for (int64_t i = 0; i < total; ++i) yv[i] += residual[static_cast<size_t>(i)];
+      } else {
+        ApplyActivation(op, yv, total);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ComputeImpl(ComputeContext& ctx) const {
+    if (empty_work_) return ComputeEmptyWork(ctx);
     if (reference_) {
       ConvTransposeReference(*reference_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(),
                              has_bias_ ? ctx.inputs[2].data<float>() : nullptr,
@@ -382,6 +434,8 @@ class ConvKernel : public OpKernel {
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool has_bias_ = false;
+  bool empty_work_ = false;       // no input channels or no output: oneDNN is not called
+  bool y_channels_last_ = false;  // (only read when empty_work_)
   int residual_index_ = -1;
   memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,
       scratch_desc_;

@@ -90,7 +90,7 @@ class MatMulKernel : public OpKernel {
             node_.Describe(), ": batch dimensions of A ", ctx.inputs[0].shape.ToString(),
             " and B ", ctx.inputs[1].shape.ToString(), " do not broadcast"));
       }
-      out_batch[i] = std::max(a_batch[i], b_batch[i]);
+      out_batch[i] = a_batch[i] == 1 ? b_batch[i] : a_batch[i];  // 1 broadcasts, 0 stays 0
     }
     Shape out;
     for (int64_t d : out_batch) out.push_back(d);
@@ -134,6 +134,15 @@ class MatMulKernel : public OpKernel {
                                                      ctx.inputs[residual_index_].shape.ToString(),
                                                      " must match output ", out.ToString()));
     }
+
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out;
+    if (residual_index_ >= 0) ctx.output_in_place_of[0] = residual_index_;
+    // An empty product (batch 0, M, N or K of 0) has no work for oneDNN, whose primitive
+    // creation divides by these dimensions: Compute writes the result itself.
+    empty_product_ = out_batch_count == 0 || m == 0 || n == 0 || k == 0;
+    if (empty_product_) return absl::OkStatus();
 
     // Choose the execution path.
     auto& engine = CpuEngine();
@@ -210,10 +219,39 @@ class MatMulKernel : public OpKernel {
       primitive_ = dnnl::matmul(pd);
     }
     ctx.scratch_bytes = scratch_bytes;
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = out;
-    if (residual_index_ >= 0) ctx.output_in_place_of[0] = residual_index_;
+    return absl::OkStatus();
+  }
+
+  // K == 0: the product is all zeros, so the output is what the epilogue makes of zeros, in
+  // oneDNN's order: bias, Gemm's beta * C (a sum post-op), then the fused post-ops.
+  absl::Status ComputeEmptyProduct(ComputeContext& ctx) const {
+    Tensor& y = ctx.outputs[0];
+    const int64_t total = y.num_elements();
+    if (total == 0) return absl::OkStatus();
+    float* yv = y.data<float>();
+    std::vector<float> residual;
+    if (residual_index_ >= 0) {
+      const Tensor& r = ctx.inputs[residual_index_];
+      residual.assign(r.data<float>(), r.data<float>() + total);
+    }
+    std::vector<float> c;
+    if (c_index_ >= 0) {
+      c.resize(static_cast<size_t>(m_ * n_));
+      FillC(ctx.inputs[c_index_], c.data());
+    }
+    for (int64_t i = 0; i < total; ++i) {
+      float v = 0.0f;
+      if (bias_index_ >= 0) v += ctx.inputs[bias_index_].data<float>()[i % n_];
+      if (c_index_ >= 0) v += c[static_cast<size_t>(i % (m_ * n_))];
+      yv[i] = v;
+    }
+    for (const PostOp& op : post_ops_) {
+      if (op.kind == "Add") {
+        for (int64_t i = 0; i < total; ++i) yv[i] += residual[static_cast<size_t>(i)];
+      } else {
+        ApplyActivation(op, yv, total);
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -238,10 +276,7 @@ class MatMulKernel : public OpKernel {
     const Tensor& b = ctx.inputs[1];
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
-    if (k_ == 0) {
-      std::memset(y.raw_data(), 0, y.byte_size());
-      return absl::OkStatus();
-    }
+    if (empty_product_) return ComputeEmptyProduct(ctx);
     if (use_loop_) return LoopCompute(a, b, y);
     auto& engine = CpuEngine();
     auto& stream = ThreadStream();
@@ -303,6 +338,7 @@ class MatMulKernel : public OpKernel {
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool trans_a_ = false, trans_b_ = false, batched_ = false, use_loop_ = false;
+  bool empty_product_ = false;
   float alpha_ = 1, beta_ = 1;
   int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
   int64_t work_macs_ = 0;
