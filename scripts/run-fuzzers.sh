@@ -15,7 +15,8 @@
 # the minimization of each finding.
 # Per target it prints executions, exec/s, peak RSS and findings, and writes a markdown table
 # (ready to paste into docs/performance/) to BUILD_DIR/fuzz/summary.md. Reproducers are left in
-# BUILD_DIR/fuzz/artifacts/<name>/ (crash-*, oom-*, timeout-*, minimized-*); rerun one with
+# BUILD_DIR/fuzz/artifacts/<name>/ (crash-*, oom-*, timeout-*; per distinct finding minimized-*
+# or, where minimizing drifted to another bug, finding-*, the original); rerun one with
 #   BUILD_DIR/fuzz/<name> BUILD_DIR/fuzz/artifacts/<name>/<file>
 #
 #   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DKILN_BUILD_FUZZERS=ON
@@ -80,34 +81,41 @@ if m:
     kind = f"uncaught {m.group(1)}"
 for pattern in (r"ERROR: libFuzzer: (out-of-memory \(malloc\(\d+\)\)|out-of-memory|timeout|"
                 r"deadly signal|fuzz target exited|leak)",
-                r"ERROR: (AddressSanitizer|LeakSanitizer): ([\w-]+( on [\w-]+)?)",
+                r"ERROR: (AddressSanitizer|LeakSanitizer): ([^\n]*)",
                 r"runtime error: ([^\n]*)",
                 r"==\d+==ERROR: (\w+): (.*)"):
     m = None if kind else re.search(pattern, text)
     if m:
-        kind = " ".join(g for g in m.groups() if g and not g.startswith(" on"))
+        kind = " ".join(g.strip() for g in m.groups() if g)
+        kind = re.sub(r" on (unknown )?address.*| pc .*|\([^)]*\)", "", kind)
         break
 if kind is None:
     m = re.search(r"SUMMARY: (.*)", text)
     kind = m.group(1) if m else "unknown (no sanitizer report)"
 kind = re.sub(r"malloc\(\d+\)", "malloc(huge)", kind)
 kind = re.sub(r"0x[0-9a-f]+", "", kind)
-kind = re.sub(r"-?\b\d+\b", "#", kind)[:120]
+kind = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", kind)
+kind = re.sub(r"\s+", " ", kind).strip()[:120]
 frames = []
 skip = re.compile(r"(compiler-rt|libFuzzer|/fuzzer/|sanitizer|libc\.so|libstdc\+\+|"
                   r"__cxa|_Unwind|abort|raise|__assert|/usr/include/|absl/|google/protobuf|"
                   r"LLVMFuzzerTestOneInput|/fuzz/)")
 for m in re.finditer(r"^\s*#\d+ 0x[0-9a-f]+ in (.+?) (/\S+)$", text, re.M):
     func, loc = m.group(1), m.group(2)
-    if skip.search(func + " " + loc):
+    if skip.search(func + " " + loc) or re.match(r"(void |auto )?(std::|decltype)", func):
         continue
+    func = func.replace("(anonymous namespace)", "{anon}")
     func = re.sub(r"\(.*", "", func)
     loc = re.sub(r"^.*?/(src|include|tools)/", r"\1/", loc)
     frames.append(func + " " + re.sub(r":\d+$", "", loc))  # line, not column
-    if len(frames) == 2:
+# The first Kiln frame and the first caller outside core/: "Buffer::Allocate" alone would not
+# say which kernel or pass asked for the tensor.
+where = frames[:1]
+for f in frames[1:]:
+    if " src/core/" not in f:
+        where.append(f)
         break
-# Two frames: "Tensor::Tensor" alone would not say which kernel asked for the tensor.
-print(f"{kind} @ {' < '.join(frames) or '?'}")
+print(f"{kind} @ {' < '.join(where) or '?'}")
 EOF
 }
 
@@ -202,10 +210,22 @@ for exe in "${targets[@]}"; do
       crash=${first[$key]}
       [ -f "$crash" ] || continue
       out="$artifacts/minimized-$i-$(basename "$crash")"
+      rm -f "$out"
       "$exe" -minimize_crash=1 -max_total_time="$minimize_seconds" -timeout=10 \
         -rss_limit_mb=2048 -exact_artifact_path="$out" "$crash" \
         > "$logs/minimize-$i.log" 2>&1
-      [ -f "$out" ] || cp "$crash" "$out"  # not reproducible alone: keep the original
+      # libFuzzer keeps any crashing input while minimizing, so a shallow bug can take over:
+      # keep the minimized input only when it still shows this finding.
+      if [ -f "$out" ]; then
+        "$exe" -timeout=10 -rss_limit_mb=2048 "$out" > "$logs/minimized-$i.log" 2>&1
+        if [ "$(signature "$logs/minimized-$i.log")" != "${text[$key]}" ]; then
+          rm -f "$out"
+        fi
+      fi
+      if [ ! -f "$out" ]; then
+        out="$artifacts/finding-$i-$(basename "$crash")"  # the original, not minimized
+        cp "$crash" "$out"
+      fi
       minimized[$key]=$out
     done
   fi
