@@ -999,6 +999,9 @@ absl::StatusOr<std::map<std::string, Tensor>> LoadAndRun(
   // One thread: fast to set up per input, and runs the same on every machine.
   options.intra_op_threads = 1;
   options.inter_op_threads = 1;
+  // Far below the fuzzer's 2 GiB RSS limit, so that a huge shape argument is the run's
+  // RESOURCE_EXHAUSTED (what is under test) and not libFuzzer's out-of-memory report.
+  options.run_memory_budget_bytes = size_t{256} << 20;
   auto model = kiln::runtime::Model::FromImported(imported, options);
   if (!model.ok()) return model.status();
   return (*model)->Run("serving_default", feeds);

@@ -47,13 +47,11 @@ absl::Status ConstantFolding(ir::Graph& graph, PassContext& ctx) {
       }
     }
     if (!all_constant) continue;
-    auto outputs = EvaluateNode(node, inputs);
-    // A node the kernels cannot evaluate (no kernel yet, or bad constants) is left for the
-    // plan compiler, which reports the error with the input shapes when it matters.
+    auto outputs = EvaluateNode(node, inputs, kMaxFoldedBytes);
+    // A node the kernels cannot evaluate (no kernel yet, bad constants, or a result too large
+    // to keep as a constant) is left for the plan compiler, which reports the error with the
+    // input shapes and the run's memory budget when it matters.
     if (!outputs.ok()) continue;
-    size_t bytes = 0;
-    for (const Tensor& t : *outputs) bytes += t.valid() ? t.byte_size() : 0;
-    if (bytes > kMaxFoldedBytes) continue;
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       const ir::ValueId v = node.outputs[i];
       if (v == ir::kNoValue) continue;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
+#include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
 #include "kiln/opt/pass.h"
@@ -80,8 +81,10 @@ absl::Status Optimize(ir::Graph& graph, const PassOptions& options, Optimization
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
-                                                 const std::vector<Tensor>& inputs) {
+namespace {
+absl::StatusOr<std::vector<Tensor>> EvaluateNodeWithin(const ir::Node& node,
+                                                       const std::vector<Tensor>& inputs,
+                                                       size_t max_output_bytes) {
   const kernels::KernelFactory* factory =
       kernels::KernelRegistry::Global().Find(node.domain, node.op);
   if (factory == nullptr) {
@@ -101,11 +104,17 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
   }
   prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
   KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
+  MemoryBudget budget(max_output_bytes);
   std::vector<Tensor> outputs(node.outputs.size());
   for (size_t i = 0; i < outputs.size() && i < prepare.output_dtypes.size(); ++i) {
-    if (!prepare.output_dynamic[i]) {
-      outputs[i] = Tensor(prepare.output_dtypes[i], prepare.output_shapes[i]);
+    if (prepare.output_dynamic[i]) continue;
+    KILN_ASSIGN_OR_RETURN(size_t bytes,
+                          CheckedByteSize(prepare.output_dtypes[i], prepare.output_shapes[i]));
+    if (!budget.TryReserve(bytes)) {
+      return kernels::OverBudgetError(&node, "folded output", prepare.output_dtypes[i],
+                                      prepare.output_shapes[i], bytes, budget);
     }
+    outputs[i] = Tensor(prepare.output_dtypes[i], prepare.output_shapes[i]);
   }
   std::shared_ptr<Buffer> scratch;
   if (prepare.scratch_bytes > 0) scratch = Buffer::Allocate(prepare.scratch_bytes);
@@ -113,6 +122,8 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
   ctx.inputs = absl::MakeConstSpan(inputs);
   ctx.outputs = absl::MakeSpan(outputs);
   ctx.scratch = scratch ? scratch->data() : nullptr;
+  ctx.node = &node;
+  ctx.memory = &budget;  // dynamic outputs count against the same limit
   KILN_RETURN_IF_ERROR(kernel->Compute(ctx));
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].valid() && node.outputs[i] != ir::kNoValue) {
@@ -120,6 +131,17 @@ absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
     }
   }
   return outputs;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
+                                                 const std::vector<Tensor>& inputs,
+                                                 size_t max_output_bytes) {
+  try {
+    return EvaluateNodeWithin(node, inputs, max_output_bytes);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(node.Describe(), ": out of memory"));
+  }
 }
 
 }  // namespace kiln::opt

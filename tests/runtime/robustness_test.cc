@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <tuple>
+
 #include "kiln/core/memory_budget.h"
 #include "kiln/runtime/model.h"
 
@@ -132,6 +135,36 @@ TEST_P(BothWays, ZeroInnerDimensionSumsNothing) {
   const std::vector<float> gemm(out->at("gemm").span<float>().begin(),
                                 out->at("gemm").span<float>().end());
   EXPECT_EQ(gemm, (std::vector<float>{2, 4, 6, 2, 4, 6}));
+}
+
+// Found by onnx_graph_fuzz: constant folding allocated whatever a constant shape said, and
+// Range converted a count of 3.5e30 (or of an infinite limit) to int64.
+TEST_P(BothWays, HugeConstantShapesAndRangeCountsAreErrorsAtLoadOrRun) {
+  ModelBuilder b;
+  const auto x = b.Input("x", DType::kFloat32, {1});
+  const auto tiled = b.Op("Tile", {b.g.AddConstant("t", Floats({1}, {1})),
+                                   b.g.AddConstant("reps", Tensor::FromVector<int64_t>(
+                                                               {int64_t{1} << 40}))});
+  b.Output("tiled", b.Op("Add", {tiled, x}));
+  auto model = b.Build(Options());
+  ASSERT_NE(model, nullptr);
+  auto out = model->Run("serving_default", {{"x", Floats({1}, {1})}});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+
+  for (auto [start, limit, delta] : std::vector<std::tuple<float, float, float>>{
+           {-2.0f, std::numeric_limits<float>::infinity(), 1.0f}, {0.5f, 4.0f, 1e-30f}}) {
+    ModelBuilder r;
+    const auto y = r.Input("y", DType::kFloat32, {});
+    r.Output("range", r.Op("Range", {r.g.AddConstant("start", Tensor::Scalar(start)),
+                                     r.g.AddConstant("limit", Tensor::Scalar(limit)),
+                                     r.g.AddConstant("delta", Tensor::Scalar(delta))}));
+    r.Output("y", r.Op("Abs", {y}));
+    auto range_model = r.Build(Options());
+    ASSERT_NE(range_model, nullptr);
+    auto ranged = range_model->Run("serving_default", {{"y", Tensor::Scalar(1.0f)}});
+    EXPECT_FALSE(ranged.ok());
+    EXPECT_THAT(ranged.status().message(), HasSubstr("elements")) << ranged.status();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(OptimizedAndNot, BothWays, ::testing::Bool(),

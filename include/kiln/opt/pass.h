@@ -93,9 +93,13 @@ struct PassRegistration {
 absl::Status Optimize(ir::Graph& graph, const PassOptions& options, OptimizationLog* log);
 
 // Evaluates one node whose inputs are all given (constant folding): Prepare and Compute of
-// its CPU kernel. Used by the folding pass; exposed for passes that fold patterns.
+// its CPU kernel. Used by the folding pass; exposed for passes that fold patterns. Outputs
+// over `max_output_bytes` together (a Tile or ConstantOfShape of a huge constant shape) are
+// RESOURCE_EXHAUSTED before anything is allocated: such a node is left to run, where the
+// run's memory budget decides.
 absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
-                                                 const std::vector<Tensor>& inputs);
+                                                 const std::vector<Tensor>& inputs,
+                                                 size_t max_output_bytes);
 
 }  // namespace kiln::opt
 

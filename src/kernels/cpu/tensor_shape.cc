@@ -453,8 +453,15 @@ class RangeKernel : public ShapeFromValueKernel {
           status = Error("delta must not be 0");
           return;
         }
-        const int64_t span = limit - start;
-        n = delta > 0 ? (span + delta - 1) / delta : (span + delta + 1) / delta;
+        // In 128 bits: limit - start and the rounding cannot overflow (uint64 inputs and
+        // int64 extremes are values a request can send).
+        const __int128 span = static_cast<__int128>(limit) - static_cast<__int128>(start);
+        const __int128 count = delta > 0 ? (span + delta - 1) / delta : (span + delta + 1) / delta;
+        if (count > (__int128{1} << 62)) {
+          status = Error("Range would have more than 2^62 elements");
+          return;
+        }
+        n = static_cast<int64_t>(count);
         if ((delta > 0 && span <= 0) || (delta < 0 && span >= 0)) n = 0;
       } else if constexpr (!std::is_same_v<T, std::string> && !std::is_same_v<T, bool>) {
         const double start = AsDouble(*values[0]->data<T>()),
@@ -464,7 +471,15 @@ class RangeKernel : public ShapeFromValueKernel {
           status = Error("delta must be finite and non-zero");
           return;
         }
-        n = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+        const double count = std::max(0.0, std::ceil((limit - start) / delta));
+        // NaN, Inf or a count beyond int64 (start -2, limit inf; or delta 1e-30) is the
+        // request's error; converting it would be undefined behaviour.
+        if (!(count <= 4611686018427387904.0)) {
+          status = Error(absl::StrCat("Range(", start, ", ", limit, ", ", delta,
+                                      ") would have ", count, " elements"));
+          return;
+        }
+        n = static_cast<int64_t>(count);
       }
     });
     KILN_RETURN_IF_ERROR(status);
