@@ -118,21 +118,22 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, const std::string& name
   // allocated: a header can claim any shape.
   auto count = CheckedNumElements(shape.dims());
   if (!count.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": .npy header: ", count.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": .npy header: ", count.status().message()));
   }
   const int64_t item_bytes =
       dtype == DType::kString ? bytes_width : static_cast<int64_t>(DTypeSize(dtype));
   int64_t need_signed;
   if (__builtin_mul_overflow(*count, item_bytes, &need_signed)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": .npy header: shape ", shape.ToString(), " needs more bytes than fit in 63 bits"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": .npy header: shape ", shape.ToString(),
+                                                   " needs more bytes than fit in 63 bits"));
   }
   const size_t need = static_cast<size_t>(need_signed);
   const size_t data_start = header_start + header_len;
   if (bytes.size() - data_start < need) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": truncated .npy data: shape ", shape.ToString(), " needs ", need,
-        " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": truncated .npy data: shape ", shape.ToString(), " needs ", need,
+                     " bytes at offset ", data_start, ", file has ", bytes.size() - data_start));
   }
   KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));
   if (dtype == DType::kString) {

@@ -27,12 +27,12 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape [", absl::StrJoin(dims, ", "), "] has a negative dimension"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape [", absl::StrJoin(dims, ", "), "] has a negative dimension"));
     }
     if (__builtin_mul_overflow(n, d, &n)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape [", absl::StrJoin(dims, ", "), "] has more elements than fit in 63 bits"));
+      return absl::InvalidArgumentError(absl::StrCat("shape [", absl::StrJoin(dims, ", "),
+                                                     "] has more elements than fit in 63 bits"));
     }
   }
   return n;
@@ -41,12 +41,12 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims) {
 absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Shape& shape) {
   auto n = CheckedNumElements(shape.dims());
   if (!n.ok()) return n.status();
-  const int64_t element = static_cast<int64_t>(
-      dtype == DType::kString ? sizeof(std::string) : DTypeSize(dtype));
+  const int64_t element =
+      static_cast<int64_t>(dtype == DType::kString ? sizeof(std::string) : DTypeSize(dtype));
   int64_t bytes;
   if (__builtin_mul_overflow(*n, element, &bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), shape.ToString(),
-                                                   " needs more bytes than fit in 63 bits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), shape.ToString(), " needs more bytes than fit in 63 bits"));
   }
   return static_cast<size_t>(bytes);
 }

@@ -188,7 +188,7 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   plan->graph_ = std::move(graph);
   plan->options_ = options;
   plan->memory_limit_ = options.run_memory_budget_bytes != 0 ? options.run_memory_budget_bytes
-                                                              : MemoryBudget::DefaultLimit();
+                                                             : MemoryBudget::DefaultLimit();
   if (plan->options_.inter_op_pool == nullptr) plan->options_.inter_op_threads = 1;
   if (plan->options_.intra_op_pool == nullptr && !plan->options_.intra_op_openmp) {
     plan->options_.intra_op_threads = 1;
@@ -242,9 +242,8 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     // like these rather than failing.
     if (*bytes > memory_limit_) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "graph input '", graph.value(v).name, "' ", DTypeName(dtype),
-          input_shapes[i].ToString(), " is ", *bytes, " bytes, over the run memory budget of ",
-          memory_limit_,
+          "graph input '", graph.value(v).name, "' ", DTypeName(dtype), input_shapes[i].ToString(),
+          " is ", *bytes, " bytes, over the run memory budget of ", memory_limit_,
           " bytes (ModelOptions::run_memory_budget_bytes, kiln serve --run_memory_budget_bytes)"));
     }
     ValueSlot& slot = values_[v];
@@ -390,8 +389,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       ctx.scratch = scratch ? scratch->data() : nullptr;
       ctx.node = &node;
       ctx.memory = &memory;
-      absl::Status status =
-          step.outputs_empty ? absl::OkStatus() : step.kernel->Compute(ctx);
+      absl::Status status = step.outputs_empty ? absl::OkStatus() : step.kernel->Compute(ctx);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat("evaluating ", node.Describe(),
                                              " at compile time"));
@@ -638,9 +636,8 @@ absl::Status CompiledPlan::CheckPlannedMemory() {
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "the plan for input shapes (",
-      absl::StrJoin(input_shapes_, ", ", [](std::string* out, const Shape& s) {
-        out->append(s.ToString());
-      }),
+      absl::StrJoin(input_shapes_, ", ",
+                    [](std::string* out, const Shape& s) { out->append(s.ToString()); }),
       ") needs ", planned, " bytes per run, over the run memory budget of ", memory_limit_,
       " bytes", culprit,
       " (ModelOptions::run_memory_budget_bytes, kiln serve --run_memory_budget_bytes)"));

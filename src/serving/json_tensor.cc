@@ -860,9 +860,9 @@ absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
     // client sends, the data is what it actually sent.
     auto count = CheckedNumElements(dims);
     if (!count.ok()) {
-      return Invalid(name, absl::StrCat("declared shape and data size disagree: ",
-                                        count.status().message(), ", \"data\" has ",
-                                        flat.size(), " values"));
+      return Invalid(
+          name, absl::StrCat("declared shape and data size disagree: ", count.status().message(),
+                             ", \"data\" has ", flat.size(), " values"));
     }
     if (static_cast<int64_t>(flat.size()) != *count) {
       return Invalid(name, absl::StrCat("declared shape and data size disagree: shape ",

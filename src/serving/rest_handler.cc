@@ -225,8 +225,7 @@ HttpResponse RestHandler::Handle(const HttpRequest& request) const {
   try {
     return Route(request);
   } catch (const std::bad_alloc&) {
-    return ErrorResponse(
-        absl::ResourceExhaustedError("out of memory while handling this request"));
+    return ErrorResponse(absl::ResourceExhaustedError("out of memory while handling this request"));
   } catch (const std::exception& e) {
     return ErrorResponse(absl::InternalError(absl::StrCat("unexpected error: ", e.what())));
   }

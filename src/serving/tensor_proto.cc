@@ -91,21 +91,31 @@ absl::Status CopyHalf(const Field& values, Tensor* tensor, absl::string_view nam
 // How many values of `dtype` the proto's typed field holds.
 static int ValueCount(const tensorflow::TensorProto& proto, DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return proto.float_val_size();
-    case DType::kFloat64: return proto.double_val_size();
+    case DType::kFloat32:
+      return proto.float_val_size();
+    case DType::kFloat64:
+      return proto.double_val_size();
     case DType::kFloat16:
-    case DType::kBFloat16: return proto.half_val_size();
+    case DType::kBFloat16:
+      return proto.half_val_size();
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kInt16:
     case DType::kUInt16:
-    case DType::kInt32: return proto.int_val_size();
-    case DType::kUInt32: return proto.uint32_val_size();
-    case DType::kInt64: return proto.int64_val_size();
-    case DType::kUInt64: return proto.uint64_val_size();
-    case DType::kBool: return proto.bool_val_size();
-    case DType::kString: return proto.string_val_size();
-    case DType::kInvalid: break;
+    case DType::kInt32:
+      return proto.int_val_size();
+    case DType::kUInt32:
+      return proto.uint32_val_size();
+    case DType::kInt64:
+      return proto.int64_val_size();
+    case DType::kUInt64:
+      return proto.uint64_val_size();
+    case DType::kBool:
+      return proto.bool_val_size();
+    case DType::kString:
+      return proto.string_val_size();
+    case DType::kInvalid:
+      break;
   }
   return 0;
 }
@@ -152,9 +162,9 @@ absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
   }
   const int values = ValueCount(proto, dtype);
   if (values != n && values != 1 && !(values == 0 && n == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "': declared shape and data size disagree: shape ", shape.ToString(),
-        " needs ", n, " values, the proto has ", values));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': declared shape and data size disagree: shape ",
+                     shape.ToString(), " needs ", n, " values, the proto has ", values));
   }
   // One value fills the whole shape (TensorFlow's rule), so a few bytes can ask for any size:
   // what one value expands to is held to the default run memory budget.

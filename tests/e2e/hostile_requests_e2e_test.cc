@@ -128,8 +128,8 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
          << "/tf_serving/saved_model_half_plus_two_cpu\" model_platform: \"tensorflow\" }\n"
          << "}\n";
   }
-  ServerProcess server({"serve", "--model_config_file=" + config,
-                        "--rest_api_max_body_bytes=1048576"});
+  ServerProcess server(
+      {"serve", "--model_config_file=" + config, "--rest_api_max_body_bytes=1048576"});
   ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
   const int port = server.rest_port();
 
@@ -141,9 +141,9 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
   ASSERT_EQ(HttpCall(port, "POST", "/v1/models/cos:predict", R"({"inputs": {"shape": [1, 2, 3]}})")
                 .status,
             200);
-  ASSERT_EQ(HttpCall(port, "POST", "/v1/models/dense:predict", R"({"instances": [[1, 2, 3, 4]]})")
-                .status,
-            200);
+  ASSERT_EQ(
+      HttpCall(port, "POST", "/v1/models/dense:predict", R"({"instances": [[1, 2, 3, 4]]})").status,
+      200);
   const int64_t rss_start = RssKiB(server.pid());
   ASSERT_GT(rss_start, 0);
 
@@ -157,8 +157,8 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
   const std::vector<Case> cases = {
       {"batch 0 through the tf.Example parser and the dense layers", "/v1/models/pen:predict",
        R"({"inputs":{"examples":[]}})", 200, "\"outputs\": []"},
-      {"batch 0 through a fused Gemm+Relu", "/v1/models/dense:predict",
-       R"({"inputs":{"x":[]}})", 400, ""},
+      {"batch 0 through a fused Gemm+Relu", "/v1/models/dense:predict", R"({"inputs":{"x":[]}})",
+       400, ""},
       {"KServe v2 batch 0", "/v2/models/dense/infer",
        R"({"inputs":[{"name":"x","shape":[0,4],"datatype":"FP32","data":[]}]})", 200,
        "\"shape\": [0, 3]"},
@@ -168,8 +168,8 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
        R"({"inputs":{"shape":[100000,100000,100000]}})", 429, "ConstantOfShape"},
       {"an output whose size overflows", "/v1/models/cos:predict",
        R"({"inputs":{"shape":[4294967296,4294967296,4]}})", 400, "63 bits"},
-      {"a negative dimension", "/v1/models/cos:predict", R"({"inputs":{"shape":[-1,2,3]}})",
-       400, "negative"},
+      {"a negative dimension", "/v1/models/cos:predict", R"({"inputs":{"shape":[-1,2,3]}})", 400,
+       "negative"},
       {"a declared shape with no data", "/v2/models/hp2/infer", huge_shape_v2, 400,
        "declared shape and data size disagree"},
       {"a declared shape that overflows", "/v2/models/hp2/infer",
@@ -181,11 +181,11 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
       {"malformed JSON", "/v1/models/hp2:predict", R"({"instances": [1.0, )", 400, ""},
       {"JSON nested deeper than any model", "/v1/models/hp2:predict",
        "{\"instances\": " + std::string(5000, '[') + std::string(5000, ']') + "}", 400, ""},
-      {"strings where numbers belong", "/v1/models/hp2:predict",
-       R"({"instances": ["a", "b"]})", 400, ""},
+      {"strings where numbers belong", "/v1/models/hp2:predict", R"({"instances": ["a", "b"]})",
+       400, ""},
       {"an unknown model", "/v1/models/nope:predict", R"({"instances": [1.0]})", 404, ""},
-      {"an unknown version", "/v1/models/hp2/versions/99:predict", R"({"instances": [1.0]})",
-       404, ""},
+      {"an unknown version", "/v1/models/hp2/versions/99:predict", R"({"instances": [1.0]})", 404,
+       ""},
       {"a body over --rest_api_max_body_bytes", "/v1/models/hp2:predict",
        "{\"instances\": [" + std::string(2 << 20, ' ') + "1.0]}", 413, ""},
       {"NaN and Infinity are values, not errors", "/v1/models/hp2:predict",
@@ -222,8 +222,7 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
               grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_EQ(predict({4611686018427387904, 4}, 0).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_EQ(predict({int64_t{1} << 40}, 1).error_code(),
-              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(predict({int64_t{1} << 40}, 1).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     EXPECT_TRUE(predict({3}, 3).ok());
   }
   ASSERT_EQ(good().status, 200) << server.Log();

@@ -54,8 +54,8 @@ struct ModelBuilder {
   }
   ir::ValueId Op(const std::string& op, std::vector<ir::ValueId> inputs,
                  std::map<std::string, ir::Attribute> attrs = {}) {
-    const ir::NodeId id = g.AddNode(op, std::move(inputs), 1, std::move(attrs),
-                                    absl::StrCat(op, "_", g.num_nodes()));
+    const ir::NodeId id =
+        g.AddNode(op, std::move(inputs), 1, std::move(attrs), absl::StrCat(op, "_", g.num_nodes()));
     return g.node(id).outputs[0];
   }
   void Output(const std::string& key, ir::ValueId v, DType dtype = DType::kFloat32) {
@@ -142,9 +142,9 @@ TEST_P(BothWays, ZeroInnerDimensionSumsNothing) {
 TEST_P(BothWays, HugeConstantShapesAndRangeCountsAreErrorsAtLoadOrRun) {
   ModelBuilder b;
   const auto x = b.Input("x", DType::kFloat32, {1});
-  const auto tiled = b.Op("Tile", {b.g.AddConstant("t", Floats({1}, {1})),
-                                   b.g.AddConstant("reps", Tensor::FromVector<int64_t>(
-                                                               {int64_t{1} << 40}))});
+  const auto tiled =
+      b.Op("Tile", {b.g.AddConstant("t", Floats({1}, {1})),
+                    b.g.AddConstant("reps", Tensor::FromVector<int64_t>({int64_t{1} << 40}))});
   b.Output("tiled", b.Op("Add", {tiled, x}));
   auto model = b.Build(Options());
   ASSERT_NE(model, nullptr);
@@ -185,10 +185,9 @@ TEST(RunMemoryBudget, OutputsSizedByRequestValuesAreResourceExhausted) {
   auto model = b.Build();
   ASSERT_NE(model, nullptr);
   auto run = [&](std::vector<int64_t> dims, float range_limit, std::vector<int64_t> reps) {
-    return model->Run("serving_default",
-                      {{"shape", Tensor::FromVector(dims)},
-                       {"limit", Tensor::Scalar(range_limit)},
-                       {"repeats", Tensor::FromVector(reps)}});
+    return model->Run("serving_default", {{"shape", Tensor::FromVector(dims)},
+                                          {"limit", Tensor::Scalar(range_limit)},
+                                          {"repeats", Tensor::FromVector(reps)}});
   };
   auto ok = run({2, 3, 4}, 5.0f, {2, 2});
   ASSERT_TRUE(ok.ok()) << ok.status();
@@ -224,7 +223,8 @@ TEST(RunMemoryBudget, IsAModelOptionAndNamesTheLargestValueAtCompile) {
   options.run_memory_budget_bytes = 1 << 20;
   ModelBuilder b;
   const auto x = b.Input("x", DType::kFloat32, {-1, 4});
-  const auto hidden = b.Op("Relu", {b.Op("MatMul", {x, b.g.AddConstant("w", Filled({4, 64}, 0.5f))})});
+  const auto hidden =
+      b.Op("Relu", {b.Op("MatMul", {x, b.g.AddConstant("w", Filled({4, 64}, 0.5f))})});
   b.Output("y", b.Op("MatMul", {hidden, b.g.AddConstant("w2", Filled({64, 1}, 0.5f))}));
   auto model = b.Build(options);
   ASSERT_NE(model, nullptr);
@@ -245,8 +245,7 @@ TEST(RunMemoryBudget, ShapesBeyondTheMachineFailToCompileWithoutAllocating) {
   ASSERT_NE(model, nullptr);
   absl::Status status = model->Precompile("serving_default", {{"x", Shape{int64_t{1} << 40, 4}}});
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  status = model->Precompile("serving_default",
-                             {{"x", Shape{int64_t{1} << 32, int64_t{1} << 32}}});
+  status = model->Precompile("serving_default", {{"x", Shape{int64_t{1} << 32, int64_t{1} << 32}}});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("63 bits"));
 }

@@ -246,17 +246,15 @@ TEST(JsonTensorTest, KServeV2DeclaredShapeMustMatchTheData) {
   const auto signature = OneInput(DType::kFloat32);
   for (const char* shape : {"[1073741824, 16]", "[4294967296, 4294967296]",
                             "[4611686018427387904, 4]", "[9223372036854775807, 2]"}) {
-    auto request = ParseV2InferRequest(
-        absl::StrCat(R"({"inputs": [{"name": "x", "shape": )", shape,
-                     R"(, "datatype": "FP32", "data": []}]})"),
-        signature);
+    auto request = ParseV2InferRequest(absl::StrCat(R"({"inputs": [{"name": "x", "shape": )", shape,
+                                                    R"(, "datatype": "FP32", "data": []}]})"),
+                                       signature);
     ASSERT_FALSE(request.ok()) << shape;
     EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument) << shape;
     EXPECT_THAT(request.status().message(), HasSubstr("declared shape and data size disagree"));
   }
   auto empty = ParseV2InferRequest(
-      R"({"inputs": [{"name": "x", "shape": [0, 1], "datatype": "FP32", "data": []}]})",
-      signature);
+      R"({"inputs": [{"name": "x", "shape": [0, 1], "datatype": "FP32", "data": []}]})", signature);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->inputs.at("x").shape(), (Shape{0, 1}));
 }

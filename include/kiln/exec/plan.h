@@ -133,8 +133,8 @@ class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
   int total_step_inputs_ = 0;
   int total_step_outputs_ = 0;
   size_t arena_bytes_ = 0;
-  size_t planned_bytes_ = 0;   // counted against each run's memory budget up front
-  size_t memory_limit_ = 0;    // options_.run_memory_budget_bytes resolved
+  size_t planned_bytes_ = 0;  // counted against each run's memory budget up front
+  size_t memory_limit_ = 0;   // options_.run_memory_budget_bytes resolved
   PlanStats stats_;
 
   mutable std::mutex state_mutex_;

@@ -280,7 +280,8 @@ class ReduceKernel : public MathKernel {
     }
     prepare.inputs[0].constant = nullptr;
     KILN_RETURN_IF_ERROR(prepared.Prepare(prepare));
-    KILN_RETURN_IF_ERROR(ctx.Allocate(0, prepare.output_dtypes[0], prepare.output_shapes[0]).status());
+    KILN_RETURN_IF_ERROR(
+        ctx.Allocate(0, prepare.output_dtypes[0], prepare.output_shapes[0]).status());
     std::shared_ptr<Buffer> scratch = Buffer::Allocate(prepare.scratch_bytes);
     ComputeContext sub = ctx;
     sub.scratch = scratch->data();

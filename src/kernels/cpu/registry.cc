@@ -54,18 +54,18 @@ absl::Status OverBudgetError(const ir::Node* node, const std::string& what, DTyp
 absl::StatusOr<Tensor*> ComputeContext::Allocate(int index, DType dtype, Shape shape) {
   auto bytes = CheckedByteSize(dtype, shape);
   if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        node != nullptr ? node->Describe() : std::string("a kernel"), ": output ", index, ": ",
-        bytes.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(node != nullptr ? node->Describe() : std::string("a kernel"), ": output ",
+                     index, ": ", bytes.status().message()));
   }
   if (memory != nullptr && !memory->TryReserve(*bytes)) {
     return OverBudgetError(node, absl::StrCat("output ", index), dtype, shape, *bytes, *memory);
   }
   auto tensor = Tensor::Allocate(dtype, std::move(shape));
   if (!tensor.ok()) {
-    return Annotate(tensor.status(), absl::StrCat(node != nullptr ? node->Describe()
-                                                                  : std::string("a kernel"),
-                                                  ": output ", index));
+    return Annotate(tensor.status(),
+                    absl::StrCat(node != nullptr ? node->Describe() : std::string("a kernel"),
+                                 ": output ", index));
   }
   outputs[index] = *std::move(tensor);
   return &outputs[index];

@@ -76,7 +76,8 @@ class WindowKernel : public MathKernel {
 
   absl::Status Compute(ComputeContext& ctx) const override {
     KILN_ASSIGN_OR_RETURN(int64_t size, Size(ctx.inputs[0]));
-    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, dtype_, Shape({size})).status());
+    if (!ctx.outputs[0].valid())
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, dtype_, Shape({size})).status());
     // Periodic windows are one sample of a window of size + 1 (the spec's N - 1 denominator
     // for symmetric ones).
     const double denom = periodic_ ? static_cast<double>(size) : static_cast<double>(size - 1);
@@ -264,7 +265,8 @@ class DftKernel : public MathKernel {
     const Tensor& x = ctx.inputs[0];
     const Tensor* length_t = tensor_ops::InputPresent(ctx, 1) ? &ctx.inputs[1] : nullptr;
     KILN_ASSIGN_OR_RETURN(Shape out_shape, OutShape(x.shape(), length_t));
-    if (!ctx.outputs[0].valid()) KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), out_shape).status());
+    if (!ctx.outputs[0].valid())
+      KILN_RETURN_IF_ERROR(ctx.Allocate(0, x.dtype(), out_shape).status());
     const int rank = x.rank();
     KILN_ASSIGN_OR_RETURN(int axis, Axis(rank));
     const int64_t in_n = x.dim(axis);

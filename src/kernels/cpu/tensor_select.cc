@@ -60,7 +60,8 @@ class NonZeroKernel : public TensorKernel {
     const Shape shape = x.rank() == 0 ? Shape{1} : x.shape();
     const int rank = shape.rank();
     const int64_t count = static_cast<int64_t>(hits.size());
-    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kInt64, Shape{rank, count}));
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr,
+                          ctx.Allocate(0, DType::kInt64, Shape{rank, count}));
     Tensor& out = *out_ptr;
     int64_t* o = out.data<int64_t>();
     for (int64_t h = 0; h < count; ++h) {
@@ -276,7 +277,8 @@ class UniqueKernel : public TensorKernel {
       }
     }
     if (num_outputs_ > 1) {
-      KILN_ASSIGN_OR_RETURN(Tensor* const idx_tensor, ctx.Allocate(1, DType::kInt64, Shape{groups}));
+      KILN_ASSIGN_OR_RETURN(Tensor* const idx_tensor,
+                            ctx.Allocate(1, DType::kInt64, Shape{groups}));
       int64_t* idx = idx_tensor->data<int64_t>();
       for (int64_t g = 0; g < groups; ++g) idx[position[g]] = firsts[g];
     }
@@ -286,7 +288,8 @@ class UniqueKernel : public TensorKernel {
       for (int64_t j = 0; j < n; ++j) inv[j] = position[group_of[j]];
     }
     if (num_outputs_ > 3) {
-      KILN_ASSIGN_OR_RETURN(Tensor* const cnt_tensor, ctx.Allocate(3, DType::kInt64, Shape{groups}));
+      KILN_ASSIGN_OR_RETURN(Tensor* const cnt_tensor,
+                            ctx.Allocate(3, DType::kInt64, Shape{groups}));
       int64_t* cnt = cnt_tensor->data<int64_t>();
       for (int64_t g = 0; g < groups; ++g) cnt[position[g]] = counts[g];
     }

@@ -475,8 +475,8 @@ class RangeKernel : public ShapeFromValueKernel {
         // NaN, Inf or a count beyond int64 (start -2, limit inf; or delta 1e-30) is the
         // request's error; converting it would be undefined behaviour.
         if (!(count <= 4611686018427387904.0)) {
-          status = Error(absl::StrCat("Range(", start, ", ", limit, ", ", delta,
-                                      ") would have ", count, " elements"));
+          status = Error(absl::StrCat("Range(", start, ", ", limit, ", ", delta, ") would have ",
+                                      count, " elements"));
           return;
         }
         n = static_cast<int64_t>(count);

@@ -72,7 +72,8 @@ class SparseFillEmptyRowsKernel : public OpKernel {
     int64_t empty = 0;
     for (int64_t r = 0; r < rows; ++r) empty += count[r] == 0;
     const int64_t total = n + empty;
-    KILN_ASSIGN_OR_RETURN(Tensor* const out_idx_ptr, ctx.Allocate(0, DType::kInt64, Shape{total, rank}));
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_idx_ptr,
+                          ctx.Allocate(0, DType::kInt64, Shape{total, rank}));
     Tensor& out_idx = *out_idx_ptr;
     KILN_ASSIGN_OR_RETURN(Tensor* const out_val_ptr, ctx.Allocate(1, values.dtype(), Shape{total}));
     Tensor& out_val = *out_val_ptr;
@@ -143,9 +144,11 @@ class SparseReshapeKernel : public OpKernel {
       return Err(node_, absl::StrCat("cannot reshape ", dense, " elements to the new shape"));
     }
     const int64_t n = indices.dim(0);
-    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, DType::kInt64, Shape{n, new_rank}));
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr,
+                          ctx.Allocate(0, DType::kInt64, Shape{n, new_rank}));
     Tensor& out = *out_ptr;
-    KILN_ASSIGN_OR_RETURN(Tensor* const out_shape_t_ptr, ctx.Allocate(1, DType::kInt64, Shape{new_rank}));
+    KILN_ASSIGN_OR_RETURN(Tensor* const out_shape_t_ptr,
+                          ctx.Allocate(1, DType::kInt64, Shape{new_rank}));
     Tensor& out_shape_t = *out_shape_t_ptr;
     std::copy(out_shape.begin(), out_shape.end(), out_shape_t.data<int64_t>());
     for (int64_t i = 0; i < n; ++i) {

@@ -132,8 +132,7 @@ class NonMaxSuppressionKernel : public MathKernel {
     }
     KILN_ASSIGN_OR_RETURN(
         Tensor* const out_ptr,
-        ctx.Allocate(0, DType::kInt64,
-                     Shape({static_cast<int64_t>(selected_rows.size() / 3), 3})));
+        ctx.Allocate(0, DType::kInt64, Shape({static_cast<int64_t>(selected_rows.size() / 3), 3})));
     Tensor& out = *out_ptr;
     std::copy(selected_rows.begin(), selected_rows.end(), out.data<int64_t>());
     return absl::OkStatus();
