@@ -157,7 +157,12 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
     }
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     kiln::serving_wire::SignatureDefMapWire map;
+    std::map<std::string, runtime::SignatureInfo> signatures =
+        servable->metadata_only_signatures();
     for (const auto& [key, signature] : servable->model().signatures()) {
+      signatures.insert_or_assign(key, signature);
+    }
+    for (const auto& [key, signature] : signatures) {
       auto& def = (*map.mutable_signature_def())[key];
       def.set_method_name(signature.method_name);
       for (const auto* side : {&signature.inputs, &signature.outputs}) {

@@ -7,11 +7,100 @@
 #include <boost/beast/version.hpp>
 #include <sys/socket.h>
 
+#include <zlib.h>
+
 #include <chrono>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace kiln::serving {
+
+absl::StatusOr<std::string> InflateBody(absl::string_view compressed, size_t max_bytes) {
+  z_stream stream{};
+  // 15 + 32: zlib or gzip, told apart by the header.
+  if (inflateInit2(&stream, 15 + 32) != Z_OK) {
+    return absl::InternalError("cannot initialize zlib to decompress the request body");
+  }
+  std::string out;
+  size_t used = 0;
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+  stream.avail_in = static_cast<uInt>(compressed.size());
+  absl::Status status;
+  while (true) {
+    if (used == out.size()) {
+      // Grow in steps, never past the limit + 1 byte (which tells "over the limit").
+      if (out.size() > max_bytes) break;
+      const size_t grow = std::min<size_t>(
+          {std::max<size_t>(out.size(), 64 * 1024), max_bytes + 1 - out.size(), 1u << 30});
+      out.resize(out.size() + grow);
+    }
+    stream.next_out = reinterpret_cast<Bytef*>(out.data() + used);
+    stream.avail_out = static_cast<uInt>(out.size() - used);
+    const int result = inflate(&stream, Z_NO_FLUSH);
+    used = out.size() - stream.avail_out;
+    if (result == Z_STREAM_END) {
+      if (stream.avail_in == 0) break;
+      inflateReset(&stream);  // the next member of a multi-member gzip stream
+      continue;
+    }
+    if (result == Z_BUF_ERROR && stream.avail_in == 0) {
+      status = absl::InvalidArgumentError("the gzip request body is truncated");
+      break;
+    }
+    if (result != Z_OK && result != Z_BUF_ERROR) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "the request body is not valid gzip data: ", stream.msg ? stream.msg : "corrupt"));
+      break;
+    }
+  }
+  inflateEnd(&stream);
+  if (!status.ok()) return status;
+  if (used > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request body decompresses to more than the limit of ", max_bytes, " bytes"));
+  }
+  out.resize(used);
+  return out;
+}
+
+std::string GzipCompress(absl::string_view data) {
+  z_stream stream{};
+  // Z_BEST_SPEED: replies are compressed on the request's thread; most of the gain of gzip on
+  // JSON numbers comes at the fastest level.
+  if (deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return std::string(data);
+  }
+  std::string out(deflateBound(&stream, data.size()), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  deflate(&stream, Z_FINISH);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+bool AcceptsGzip(absl::string_view accept_encoding) {
+  for (absl::string_view item : absl::StrSplit(accept_encoding, ',')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(item, ';');
+    if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(parts[0]), "gzip")) continue;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      absl::string_view param = absl::StripAsciiWhitespace(parts[i]);
+      double q;
+      if (absl::ConsumePrefix(&param, "q=") && absl::SimpleAtod(param, &q) && q <= 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
 
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -75,8 +164,35 @@ class Session : public std::enable_shared_from_this<Session> {
     request.method = std::string(message.method_string());
     request.target = std::string(message.target());
     request.body = std::move(message.body());
-    HttpResponse response = server_->handler(request);
     const bool keep_alive = message.keep_alive() && !server_->stopping.load();
+    // TF Serving decompresses gzip request bodies; the limit applies to the decompressed size.
+    const auto encoding_header = message[http::field::content_encoding];
+    const absl::string_view encoding = absl::StripAsciiWhitespace(
+        absl::string_view(encoding_header.data(), encoding_header.size()));
+    HttpResponse response;
+    if (!encoding.empty() && !absl::EqualsIgnoreCase(encoding, "identity")) {
+      if (absl::EqualsIgnoreCase(encoding, "gzip") || absl::EqualsIgnoreCase(encoding, "x-gzip") ||
+          absl::EqualsIgnoreCase(encoding, "deflate")) {
+        auto inflated = InflateBody(request.body, server_->options.max_body_bytes);
+        if (inflated.ok()) {
+          request.body = *std::move(inflated);
+        } else {
+          response = ErrorResponse(inflated.status());
+          if (absl::IsResourceExhausted(inflated.status())) response.status = 413;
+        }
+      } else {
+        response = ErrorResponse(absl::InvalidArgumentError(absl::StrCat(
+            "Content-Encoding \"", encoding, "\" is not supported (gzip, deflate or identity)")));
+        response.status = 415;
+      }
+    }
+    if (response.status == 200) response = server_->handler(request);
+    if (!response.body.empty() &&
+        AcceptsGzip(absl::string_view(message[http::field::accept_encoding].data(),
+                                      message[http::field::accept_encoding].size()))) {
+      response.body = GzipCompress(response.body);
+      response.gzip = true;
+    }
     Send(std::move(response), keep_alive, message.version(), /*counted=*/true);
   }
 
@@ -85,6 +201,10 @@ class Session : public std::enable_shared_from_this<Session> {
         static_cast<http::status>(response.status), version);
     message->set(http::field::server, "kiln");
     message->set(http::field::content_type, response.content_type);
+    if (response.gzip) {
+      message->set(http::field::content_encoding, "gzip");
+      message->set(http::field::vary, "Accept-Encoding");
+    }
     message->body() = std::move(response.body);
     message->keep_alive(keep_alive);
     message->prepare_payload();

@@ -123,7 +123,9 @@ absl::StatusOr<const runtime::SignatureInfo*> ExampleSignature(const ServableVer
                                                                absl::string_view what) {
   KILN_ASSIGN_OR_RETURN(const runtime::SignatureInfo* signature,
                         FindServingSignature(servable.model(), name));
-  if (signature->method_name != method) {
+  // TF Serving checks only under --enable_signature_method_name_check (default off): TF2
+  // exports write tensorflow/serving/predict into every signature.
+  if (servable.check_signature_method_name() && signature->method_name != method) {
     return absl::InvalidArgumentError(absl::StrCat("Expected ", what,
                                                    " signature method_name to be ", method,
                                                    ". Was: ", signature->method_name));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -359,18 +360,21 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
   PredictJsonRequest request;
   element instances, inputs;
   bool has_instances = false, has_inputs = false;
+  bool has_signature_name = false;
   simdjson::dom::object range1 = doc.get_object().value_unsafe();
+  // Of duplicated keys the first counts, as in TF Serving (RapidJSON's FindMember).
   for (auto field : range1) {
     if (field.key == "signature_name") {
+      if (std::exchange(has_signature_name, true)) continue;
       std::string_view name;
       if (field.value.get_string().get(name) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError("'signature_name' must be a string");
       }
       request.signature_name.assign(name.data(), name.size());
-    } else if (field.key == "instances") {
+    } else if (field.key == "instances" && !has_instances) {
       instances = field.value;
       has_instances = true;
-    } else if (field.key == "inputs") {
+    } else if (field.key == "inputs" && !has_inputs) {
       inputs = field.value;
       has_inputs = true;
     }
@@ -390,6 +394,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
       simdjson::dom::object range2 = inputs.get_object().value_unsafe();
       for (auto field : range2) {
         const absl::string_view key(field.key.data(), field.key.size());
+        if (request.inputs.count(std::string(key))) continue;  // a duplicate: the first counts
         KILN_ASSIGN_OR_RETURN(DType dtype, InputDType(*signature, key));
         KILN_ASSIGN_OR_RETURN(Tensor tensor, ColumnarTensor(field.value, dtype, key));
         request.inputs[std::string(key)] = std::move(tensor);
@@ -425,19 +430,22 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
             "instance ", i, " of 'instances' is not an object like the first one"));
       }
       simdjson::dom::object object = row_elements[i].get_object().value_unsafe();
-      if (i == 0) keys_in_first = object.size();
-      if (object.size() != keys_in_first) {
-        return absl::InvalidArgumentError(absl::StrCat("instance ", i, " has ", object.size(),
-                                                       " named inputs, the first one has ",
-                                                       keys_in_first));
-      }
+      size_t keys = 0;
       for (auto field : object) {
         auto& list = per_input[std::string(field.key)];
+        if (list.size() == i + 1) continue;  // a duplicated key in this instance: the first counts
         if (list.size() != i) {
           return absl::InvalidArgumentError(absl::StrCat(
               "instance ", i, " has input '", std::string(field.key), "' that instance 0 does not have"));
         }
         list.push_back(field.value);
+        ++keys;
+      }
+      if (i == 0) keys_in_first = keys;
+      if (keys != keys_in_first) {
+        return absl::InvalidArgumentError(absl::StrCat("instance ", i, " has ", keys,
+                                                       " named inputs, the first one has ",
+                                                       keys_in_first));
       }
     }
     for (const auto& [key, values] : per_input) {
@@ -714,6 +722,7 @@ absl::Status ParseExample(const element& e, absl::string_view what, tensorflow::
   simdjson::dom::object range4 = e.get_object().value_unsafe();
   for (auto field : range4) {
     const absl::string_view name(field.key.data(), field.key.size());
+    if (features->count(std::string(name))) continue;  // a duplicate: the first counts
     KILN_RETURN_IF_ERROR(AddFeature(name, field.value, &(*features)[std::string(name)]));
   }
   return absl::OkStatus();
@@ -728,19 +737,21 @@ absl::StatusOr<ExamplesJsonRequest> ParseExamplesRequest(absl::string_view body)
     return absl::InvalidArgumentError("Malformed request: the body must be a JSON object");
   }
   ExamplesJsonRequest request;
-  bool has_examples = false;
+  bool has_examples = false, has_signature_name = false;
   simdjson::dom::object range5 = doc.get_object().value_unsafe();
+  // Of duplicated keys the first counts, as in TF Serving.
   for (auto field : range5) {
     if (field.key == "signature_name") {
+      if (std::exchange(has_signature_name, true)) continue;
       std::string_view name;
       if (field.value.get_string().get(name) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError("'signature_name' must be a string");
       }
       request.signature_name.assign(name.data(), name.size());
-    } else if (field.key == "context") {
+    } else if (field.key == "context" && !request.has_context) {
       request.has_context = true;
       KILN_RETURN_IF_ERROR(ParseExample(field.value, "'context'", &request.context));
-    } else if (field.key == "examples") {
+    } else if (field.key == "examples" && !has_examples) {
       has_examples = true;
       if (field.value.type() != element_type::ARRAY) {
         return absl::InvalidArgumentError("'examples' must be a list of JSON objects");

@@ -58,12 +58,37 @@ HttpResponse Malformed(const HttpRequest& request) {
       absl::StrCat("Malformed request: ", request.method, " ", request.target)));
 }
 
-// "{name}[/versions/{v}|/labels/{l}]" -> spec; nullopt when it does not have that form.
+// Decodes %XX escapes of one path segment, as TF Serving does for model names and labels
+// ("hp%20two" is "hp two"); nullopt for a malformed escape. '+' stays '+' in a path.
+std::optional<std::string> UrlDecode(absl::string_view segment) {
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out.push_back(segment[i]);
+      continue;
+    }
+    if (i + 2 >= segment.size()) return std::nullopt;
+    const char hi = segment[i + 1], lo = segment[i + 2];
+    if (!absl::ascii_isxdigit(hi) || !absl::ascii_isxdigit(lo)) return std::nullopt;
+    auto value = [](char c) {
+      return absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10;
+    };
+    out.push_back(static_cast<char>(value(hi) * 16 + value(lo)));
+    i += 2;
+  }
+  return out;
+}
+
+// "{name}[/versions/{v}|/labels/{l}]" -> spec, the name and label URL-decoded; nullopt when
+// it does not have that form. Segments are split before decoding, so "%2F" stays in a name.
 std::optional<ModelSpecRef> ParseModelPath(absl::string_view path) {
   std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
   ModelSpecRef spec;
   if (parts.empty() || parts[0].empty()) return std::nullopt;
-  spec.name = std::string(parts[0]);
+  std::optional<std::string> name = UrlDecode(parts[0]);
+  if (!name.has_value() || name->empty()) return std::nullopt;
+  spec.name = *std::move(name);
   if (parts.size() == 1) return spec;
   if (parts.size() != 3 || parts[2].empty()) return std::nullopt;
   if (absl::EqualsIgnoreCase(parts[1], "versions")) {
@@ -76,7 +101,9 @@ std::optional<ModelSpecRef> ParseModelPath(absl::string_view path) {
     return spec;
   }
   if (absl::EqualsIgnoreCase(parts[1], "labels")) {
-    spec.label = std::string(parts[2]);
+    std::optional<std::string> label = UrlDecode(parts[2]);
+    if (!label.has_value() || label->empty()) return std::nullopt;
+    spec.label = *std::move(label);
     return spec;
   }
   return std::nullopt;
@@ -174,7 +201,16 @@ std::string MetadataJson(const ServableVersion& servable) {
   absl::StrAppend(&out, ",\n  \"signature_name\": \"\",\n  \"version\": \"", servable.version(),
                   "\"\n },\n \"metadata\": {\n  \"signature_def\": {\n   \"signature_def\": {");
   bool first = true;
-  for (const auto& [key, signature] : servable.model().signatures()) {
+  std::map<std::string, const runtime::SignatureInfo*> signatures;
+  for (const auto& [key, signature] : servable.metadata_only_signatures()) {
+    signatures[key] = &signature;
+  }
+  for (const auto& [key, signature] : servable.model().signatures()) signatures[key] = &signature;
+  for (const auto& [key, signature_ptr] : signatures) {
+    const runtime::SignatureInfo& signature = *signature_ptr;
+    // TF Serving's golden JSON has no "defaults" for __saved_model_init_op.
+    const bool metadata_only = servable.metadata_only_signatures().count(key) > 0 &&
+                               servable.model().signatures().count(key) == 0;
     if (!first) out.push_back(',');
     first = false;
     AppendIndent(4, &out);
@@ -191,9 +227,11 @@ std::string MetadataJson(const ServableVersion& servable) {
     AppendIndent(5, &out);
     out.append("\"method_name\": ");
     AppendJsonString(signature.method_name, &out);
-    out.push_back(',');
-    AppendIndent(5, &out);
-    out.append("\"defaults\": {}");
+    if (!metadata_only) {
+      out.push_back(',');
+      AppendIndent(5, &out);
+      out.append("\"defaults\": {}");
+    }
     AppendIndent(4, &out);
     out.push_back('}');
   }

@@ -112,6 +112,7 @@ int RunServer(const ServeFlags& flags) {
   options.allow_precompilation = flags.allow_precompilation;
   options.allow_version_labels_for_unavailable_models =
       flags.allow_version_labels_for_unavailable_models;
+  options.enable_signature_method_name_check = flags.enable_signature_method_name_check;
   if (flags.enable_batching) {
     tensorflow::serving::BatchingParameters params;
     if (!flags.batching_parameters_file.empty()) {

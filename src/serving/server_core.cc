@@ -9,11 +9,18 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "google/protobuf/text_format.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
 #include "kiln/serving/inference.h"
+#include "kiln/serving/tensor_proto.h"
+#include "tensorflow/core/protobuf/saved_model.pb.h"
 
 namespace kiln::serving {
 
@@ -72,12 +79,16 @@ std::string ModelSpecRef::DebugString() const {
 
 ServableVersion::ServableVersion(std::string name, int64_t version,
                                  std::shared_ptr<runtime::Model> model,
-                                 std::optional<BatchingOptions> batching, ServingMetrics* metrics)
+                                 std::optional<BatchingOptions> batching, ServingMetrics* metrics,
+                                 bool check_signature_method_name,
+                                 std::map<std::string, runtime::SignatureInfo> metadata_only_signatures)
     : name_(std::move(name)),
       version_(version),
       model_(std::move(model)),
       batching_(std::move(batching)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      check_signature_method_name_(check_signature_method_name),
+      metadata_only_signatures_(std::move(metadata_only_signatures)) {}
 
 namespace {
 
@@ -131,15 +142,16 @@ absl::StatusOr<ModelServerConfig> ReadModelServerConfig(const std::string& path)
   struct Collector : google::protobuf::io::ErrorCollector {
     std::string errors;
     void AddError(int line, int column, const std::string& message) override {
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", "line ", line + 1, " column ",
-                      column + 1, ": ", message);
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", line + 1, ":", column + 1, ": ",
+                      message);
     }
   } collector;
   parser.RecordErrorsTo(&collector);
   if (!parser.ParseFromString(text.str(), &config)) {
+    // TF Serving's words: scripts and TF Serving's own tests look for them.
     return absl::InvalidArgumentError(
-        absl::StrCat("model config file ", path,
-                     " is not a valid ModelServerConfig text proto: ", collector.errors));
+        absl::StrCat("Error parsing text-format tensorflow.serving.ModelServerConfig: ",
+                     collector.errors, " (model config file ", path, ")"));
   }
   return config;
 }
@@ -148,7 +160,11 @@ ModelServerConfig SingleModelConfig(const std::string& name, const std::string& 
   ModelServerConfig config;
   ModelConfig* model = config.mutable_model_config_list()->add_config();
   model->set_name(name);
-  model->set_base_path(base_path);
+  // --model_base_path may be relative to the working directory (config lists may not, as in
+  // TF Serving): resolved here, once, so that a later chdir cannot change what is served.
+  std::error_code error;
+  const fs::path absolute = fs::absolute(base_path, error);
+  model->set_base_path(error || base_path.empty() ? base_path : absolute.string());
   model->set_model_platform("tensorflow");
   return config;
 }
@@ -170,6 +186,13 @@ absl::Status ValidateConfig(const ModelServerConfig& config) {
     if (model.base_path().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model ", model.name(), " has an empty base_path"));
+    }
+    // TF Serving's check and words: a relative path would depend on the server's working
+    // directory.
+    if (model.base_path()[0] != '/' && !absl::StrContains(model.base_path(), "://")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Expected model ", model.name(),
+                       " to have an absolute path or URI; got base_path()=", model.base_path()));
     }
     const std::string& platform = model.model_platform();
     if (!platform.empty() && platform != "tensorflow" && platform != "onnx") {
@@ -223,6 +246,133 @@ std::set<int64_t> AspiredVersions(const ModelConfig& config, const std::vector<i
     }
   }
   return aspired;
+}
+
+// Reads the SignatureDefs of `dir`'s SavedModel whose keys start with "__" (TF2's
+// __saved_model_init_op), from the MetaGraph with tag set `tags` (comma-separated). The runtime
+// does not import them (no request can run them), but TF Serving's GetModelMetadata lists
+// every SignatureDef, and clients compare that list. The binary form is scanned field by field
+// so that the graph and its constants are skipped, not parsed a second time.
+std::map<std::string, runtime::SignatureInfo> MetadataOnlySignatures(const std::string& dir,
+                                                                     const std::string& tags) {
+  using google::protobuf::internal::WireFormatLite;
+  std::vector<std::string> wanted_tags = absl::StrSplit(tags, ',', absl::SkipWhitespace());
+  for (auto& tag : wanted_tags) tag = std::string(absl::StripAsciiWhitespace(tag));
+  std::sort(wanted_tags.begin(), wanted_tags.end());
+  wanted_tags.erase(std::unique(wanted_tags.begin(), wanted_tags.end()), wanted_tags.end());
+
+  std::vector<std::pair<std::vector<std::string>, std::map<std::string, tensorflow::SignatureDef>>>
+      meta_graphs;
+  std::error_code error;
+  if (fs::exists(fs::path(dir) / "saved_model.pb", error)) {
+    std::ifstream file(fs::path(dir) / "saved_model.pb", std::ios::binary);
+    if (!file) return {};
+    google::protobuf::io::IstreamInputStream stream(&file);
+    google::protobuf::io::CodedInputStream in(&stream);
+    in.SetTotalBytesLimit(INT32_MAX);
+    auto read_message = [&in](auto&& parse_fields) {
+      uint32_t length;
+      if (!in.ReadVarint32(&length)) return false;
+      const auto limit = in.PushLimit(static_cast<int>(length));
+      const bool ok = parse_fields();
+      in.PopLimit(limit);
+      return ok;
+    };
+    while (uint32_t tag = in.ReadTag()) {
+      if (tag != WireFormatLite::MakeTag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+        if (!WireFormatLite::SkipField(&in, tag)) return {};
+        continue;
+      }
+      auto& meta = meta_graphs.emplace_back();
+      const bool ok = read_message([&] {  // MetaGraphDef
+        while (uint32_t field = in.ReadTag()) {
+          if (field == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+            if (!read_message([&] {  // MetaInfoDef
+                  while (uint32_t info = in.ReadTag()) {
+                    if (info ==
+                        WireFormatLite::MakeTag(4, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+                      if (!WireFormatLite::ReadString(&in, &meta.first.emplace_back())) {
+                        return false;
+                      }
+                    } else if (!WireFormatLite::SkipField(&in, info)) {
+                      return false;
+                    }
+                  }
+                  return true;
+                })) {
+              return false;
+            }
+          } else if (field ==
+                     WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+            std::string key, value;
+            if (!read_message([&] {  // map entry: key = 1, value = 2
+                  while (uint32_t entry = in.ReadTag()) {
+                    const int number = WireFormatLite::GetTagFieldNumber(entry);
+                    if (number == 1 || number == 2) {
+                      if (!WireFormatLite::ReadString(&in, number == 1 ? &key : &value)) {
+                        return false;
+                      }
+                    } else if (!WireFormatLite::SkipField(&in, entry)) {
+                      return false;
+                    }
+                  }
+                  return true;
+                })) {
+              return false;
+            }
+            if (absl::StartsWith(key, "__") && !meta.second[key].ParseFromString(value)) {
+              return false;
+            }
+          } else if (!WireFormatLite::SkipField(&in, field)) {
+            return false;
+          }
+        }
+        return true;
+      });
+      if (!ok) return {};
+    }
+  } else if (fs::exists(fs::path(dir) / "saved_model.pbtxt", error)) {
+    std::ifstream file(fs::path(dir) / "saved_model.pbtxt");
+    std::stringstream text;
+    text << file.rdbuf();
+    tensorflow::SavedModel saved_model;
+    google::protobuf::TextFormat::Parser parser;
+    parser.AllowUnknownField(true);
+    if (!parser.ParseFromString(text.str(), &saved_model)) return {};
+    for (const auto& graph : saved_model.meta_graphs()) {
+      auto& meta = meta_graphs.emplace_back();
+      meta.first.assign(graph.meta_info_def().tags().begin(), graph.meta_info_def().tags().end());
+      for (const auto& [key, signature] : graph.signature_def()) {
+        if (absl::StartsWith(key, "__")) meta.second[key] = signature;
+      }
+    }
+  }
+
+  for (auto& [have, signatures] : meta_graphs) {
+    std::sort(have.begin(), have.end());
+    have.erase(std::unique(have.begin(), have.end()), have.end());
+    if (have != wanted_tags) continue;
+    std::map<std::string, runtime::SignatureInfo> result;
+    for (const auto& [key, def] : signatures) {
+      runtime::SignatureInfo& info = result[key];
+      info.key = key;
+      info.method_name = def.method_name();
+      for (const auto* side : {&def.inputs(), &def.outputs()}) {
+        auto& out = side == &def.inputs() ? info.inputs : info.outputs;
+        auto& keys = side == &def.inputs() ? info.input_keys : info.output_keys;
+        for (const auto& [name, tensor] : *side) {
+          runtime::TensorInfo& t = out[name];
+          t.name = tensor.name();
+          t.dtype = DTypeFromProto(tensor.dtype()).value_or(DType::kInvalid);
+          t.rank_known = tensor.has_tensor_shape() && !tensor.tensor_shape().unknown_rank();
+          for (const auto& dim : tensor.tensor_shape().dim()) t.shape.push_back(dim.size());
+          keys.push_back(name);
+        }
+      }
+    }
+    return result;
+  }
+  return {};
 }
 
 // The file or folder Model::Load gets for a version folder.
@@ -294,44 +444,100 @@ void ServerCore::PollLoop() {
 }
 
 absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
-  KILN_RETURN_IF_ERROR(ValidateConfig(config));
   std::lock_guard<std::mutex> poll_lock(poll_mu_);
-  std::vector<std::string> names;
+  if (config.config_case() == ModelServerConfig::CONFIG_NOT_SET) {
+    // As TF Serving: an empty first config loads nothing; an empty one later would unload
+    // every model by accident (a client that sent a default-constructed request), so it is
+    // refused and nothing changes.
+    if (!has_config_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "Cannot transition to requested config. It is only legal to transition from one "
+        "ModelConfigList to another.");
+  }
+  KILN_RETURN_IF_ERROR(ValidateConfig(config));
+
+  // What each model serves now: its config and which versions serve from which path.
+  struct Current {
+    ModelConfig config;
+    std::map<int64_t, std::string> serving;  // version -> the base path it was loaded from
+    std::set<int64_t> failed;  // failed to load from the current base path: not retried
+  };
+  std::map<std::string, Current> current;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::set<std::string> wanted;
-    for (const ModelConfig& model : config.model_config_list().config()) {
-      wanted.insert(model.name());
-      names.push_back(model.name());
-      ModelEntry& entry = models_[model.name()];
-      if (entry.config.base_path() != model.base_path()) {
-        // A new base path is a new model: its versions are reloaded from there.
-        for (auto& [v, version] : entry.versions) {
-          if (version.servable != nullptr) {
-            version.servable.reset();
-            version.status.state = ModelVersionStatus::END;
-          }
+    for (const auto& [name, entry] : models_) {
+      Current& c = current[name];
+      c.config = entry.config;
+      for (const auto& [v, version] : entry.versions) {
+        if (version.servable != nullptr) c.serving[v] = version.source_path;
+        if (version.servable == nullptr && !version.status.status.ok() &&
+            version.source_path == entry.config.base_path()) {
+          c.failed.insert(v);
         }
-      }
-      entry.config = model;
-    }
-    for (auto it = models_.begin(); it != models_.end();) {
-      if (wanted.count(it->first) == 0) {
-        it = models_.erase(it);  // in-flight requests keep their versions alive
-      } else {
-        ++it;
       }
     }
   }
-  KILN_RETURN_IF_ERROR(PollModels(names));
-  // Labels must point at available versions (unless allowed otherwise), as in TF Serving.
-  if (!options_.allow_version_labels_for_unavailable_models) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const ModelConfig& model : config.model_config_list().config()) {
-      const ModelEntry& entry = models_[model.name()];
+
+  // 1. Validate against the current state; plan which versions to load.
+  struct Plan {
+    const ModelConfig* config;
+    bool listed = false;  // the base path could be listed
+    std::vector<int64_t> present;
+    std::set<int64_t> aspired;
+    std::vector<int64_t> to_load;
+    std::map<int64_t, std::shared_ptr<const ServableVersion>> loaded;
+  };
+  std::vector<Plan> plans;
+  for (const ModelConfig& model : config.model_config_list().config()) {
+    auto it = current.find(model.name());
+    if (it != current.end()) {
+      const std::string& was = it->second.config.model_platform();
+      if (!was.empty() && !model.model_platform().empty() && was != model.model_platform()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Illegal to change a model's platform. For model ", model.name(), " platform was ",
+            was, " and new platform requested is ", model.model_platform()));
+      }
+    }
+    Plan& plan = plans.emplace_back();
+    plan.config = &model;
+    auto present = ListVersions(model.base_path());
+    std::set<int64_t> available_after;
+    if (present.ok()) {
+      plan.listed = true;
+      plan.present = *std::move(present);
+      plan.aspired = AspiredVersions(model, plan.present);
+      const bool same_path =
+          it != current.end() && it->second.config.base_path() == model.base_path();
+      bool skipped_failed = false;
+      for (int64_t v : plan.aspired) {
+        // A version that already failed here is not retried (as the poll does not retry it):
+        // a known bad export of one model does not block changes to the others.
+        if (same_path && it->second.failed.count(v)) {
+          skipped_failed = true;
+          continue;
+        }
+        available_after.insert(v);
+        const bool serving_from_here =
+            it != current.end() && it->second.serving.count(v) &&
+            it->second.serving.at(v) == model.base_path();
+        if (!serving_from_here) plan.to_load.push_back(v);
+      }
+      if (skipped_failed) {  // the versions standing in for it keep serving
+        for (const auto& [v, path] : it->second.serving) available_after.insert(v);
+      }
+    } else {
+      // Nothing to load from there yet; what serves now keeps serving (TF Serving does the
+      // same), and the poll loads versions once they appear.
+      std::fprintf(stderr, "kiln serve: model %s: %s\n", model.name().c_str(),
+                   std::string(present.status().message()).c_str());
+      if (it != current.end()) {
+        for (const auto& [v, path] : it->second.serving) available_after.insert(v);
+      }
+    }
+    // 2. Labels must point at versions that will be available, unless allowed otherwise.
+    if (!options_.allow_version_labels_for_unavailable_models) {
       for (const auto& [label, version] : model.version_labels()) {
-        auto it = entry.versions.find(version);
-        if (it == entry.versions.end() || it->second.servable == nullptr) {
+        if (available_after.count(version) == 0) {
           return absl::FailedPreconditionError(
               absl::StrCat("Request to assign label to version ", version, " of model ",
                            model.name(), ", which is not currently available for inference"));
@@ -339,6 +545,60 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
       }
     }
   }
+
+  // 3. Load every new version while the current ones keep serving. A failure drops what was
+  // loaded so far: the request changes nothing.
+  for (Plan& plan : plans) {
+    for (int64_t version : plan.to_load) {
+      auto loaded = LoadVersion(*plan.config, version);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n",
+                     plan.config->name().c_str(), static_cast<long long>(version),
+                     std::string(loaded.status().message()).c_str());
+        return Annotate(loaded.status(),
+                        absl::StrCat("model ", plan.config->name(), " version ", version,
+                                     " (the config was not applied)"));
+      }
+      plan.loaded[version] = *std::move(loaded);
+    }
+  }
+
+  // 4. Swap in the new configs and versions; unload what is no longer wanted.
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> wanted;
+  for (Plan& plan : plans) {
+    const std::string& name = plan.config->name();
+    wanted.insert(name);
+    ModelEntry& entry = models_[name];
+    entry.config = *plan.config;
+    entry.last_listing_error.clear();
+    for (auto& [version, servable] : plan.loaded) {
+      VersionEntry& v = entry.versions[version];
+      v.servable = std::move(servable);
+      v.source_path = plan.config->base_path();
+      v.status.version = version;
+      v.status.state = ModelVersionStatus::AVAILABLE;
+      v.status.status = absl::OkStatus();
+      std::fprintf(stderr, "kiln serve: model %s version %lld is available\n", name.c_str(),
+                   static_cast<long long>(version));
+    }
+    if (plan.listed) {
+      size_t deficit = 0;
+      for (int64_t version : plan.aspired) {
+        auto v = entry.versions.find(version);
+        if (v == entry.versions.end() || v->second.servable == nullptr) ++deficit;
+      }
+      RetireVersions(name, entry, plan.aspired, plan.present, deficit);
+    }
+  }
+  for (auto it = models_.begin(); it != models_.end();) {
+    if (wanted.count(it->first) == 0) {
+      it = models_.erase(it);  // in-flight requests keep their versions alive
+    } else {
+      ++it;
+    }
+  }
+  has_config_ = true;
   return absl::OkStatus();
 }
 
@@ -375,16 +635,18 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = models_.find(name);
         if (it == models_.end()) break;
+        it->second.last_listing_error.clear();
         auto v = it->second.versions.find(version);
         // A version that failed is not retried until its folder is replaced (it disappears
-        // from the listing and comes back).
+        // from the listing and comes back). One serving from an old base path is replaced.
         if (v != it->second.versions.end() &&
-            (v->second.servable != nullptr || !v->second.status.status.ok())) {
+            ((v->second.servable != nullptr && v->second.source_path == config.base_path()) ||
+             !v->second.status.status.ok())) {
           continue;
         }
         VersionEntry& entry = it->second.versions[version];
         entry.status.version = version;
-        entry.status.state = ModelVersionStatus::LOADING;
+        if (entry.servable == nullptr) entry.status.state = ModelVersionStatus::LOADING;
         entry.status.status = absl::OkStatus();
       }
       auto loaded = LoadVersion(config, version);
@@ -394,11 +656,16 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
       VersionEntry& entry = it->second.versions[version];
       if (loaded.ok()) {
         entry.servable = *loaded;
+        entry.source_path = config.base_path();
         entry.status.state = ModelVersionStatus::AVAILABLE;
         std::fprintf(stderr, "kiln serve: model %s version %lld is available\n", name.c_str(),
                      static_cast<long long>(version));
       } else {
-        entry.status.state = ModelVersionStatus::END;
+        // A version of the same number from an old base path keeps serving.
+        if (entry.servable == nullptr) {
+          entry.status.state = ModelVersionStatus::END;
+          entry.source_path = config.base_path();
+        }
         entry.status.status = loaded.status();
         std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n", name.c_str(),
                      static_cast<long long>(version),
@@ -416,28 +683,37 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
       auto v = it->second.versions.find(version);
       if (v == it->second.versions.end() || v->second.servable == nullptr) ++deficit;
     }
-    std::set<int64_t> keep;
-    for (auto v = it->second.versions.rbegin(); v != it->second.versions.rend() && deficit > 0;
-         ++v) {
-      if (!aspired.count(v->first) && v->second.servable != nullptr &&
-          std::binary_search(present->begin(), present->end(), v->first)) {
-        keep.insert(v->first);
-        --deficit;
-      }
-    }
-    for (auto& [version, entry] : it->second.versions) {
-      const bool in_listing = std::binary_search(present->begin(), present->end(), version);
-      if (!aspired.count(version) && !keep.count(version) && entry.servable != nullptr) {
-        entry.servable.reset();
-        entry.status.state = ModelVersionStatus::END;
-        std::fprintf(stderr, "kiln serve: model %s version %lld unloaded\n", name.c_str(),
-                     static_cast<long long>(version));
-      }
-      // A failed version whose folder went away may be retried when it reappears.
-      if (!in_listing && !entry.status.status.ok()) entry.status.status = absl::OkStatus();
-    }
+    RetireVersions(name, it->second, aspired, *present, deficit);
   }
   return first_error;
+}
+
+void ServerCore::RetireVersions(const std::string& name, ModelEntry& entry,
+                                const std::set<int64_t>& aspired,
+                                const std::vector<int64_t>& present, size_t deficit) {
+  auto listed = [&](int64_t version) {
+    return std::binary_search(present.begin(), present.end(), version);
+  };
+  // Stand-ins: the newest versions serving from a folder that is still there, or from the
+  // model's previous base path.
+  std::set<int64_t> keep;
+  for (auto v = entry.versions.rbegin(); v != entry.versions.rend() && deficit > 0; ++v) {
+    if (!aspired.count(v->first) && v->second.servable != nullptr &&
+        (v->second.source_path != entry.config.base_path() || listed(v->first))) {
+      keep.insert(v->first);
+      --deficit;
+    }
+  }
+  for (auto& [version, v] : entry.versions) {
+    if (!aspired.count(version) && !keep.count(version) && v.servable != nullptr) {
+      v.servable.reset();
+      v.status.state = ModelVersionStatus::END;
+      std::fprintf(stderr, "kiln serve: model %s version %lld unloaded\n", name.c_str(),
+                   static_cast<long long>(version));
+    }
+    // A failed version whose folder went away may be retried when it reappears.
+    if (!listed(version) && !v.status.status.ok()) v.status.status = absl::OkStatus();
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
@@ -466,8 +742,12 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   }
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", path));
   if (metrics != nullptr) metrics->load_latency.Increment({path}, (NowNanos() - start_ns) / 1e3);
-  auto servable =
-      std::make_shared<ServableVersion>(config.name(), version, *model, options_.batching, metrics);
+  auto servable = std::make_shared<ServableVersion>(
+      config.name(), version, *model, options_.batching, metrics,
+      options_.enable_signature_method_name_check,
+      (*model)->platform() == "tensorflow"
+          ? MetadataOnlySignatures(path, options_.model_options.tags)
+          : std::map<std::string, runtime::SignatureInfo>{});
   if (options_.allow_precompilation) {
     std::vector<int64_t> batch_sizes = {1};
     if (options_.batching.has_value() && !options_.batching->allowed_batch_sizes.empty()) {

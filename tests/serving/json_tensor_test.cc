@@ -259,5 +259,36 @@ TEST(JsonTensorTest, KServeV2DeclaredShapeMustMatchTheData) {
   EXPECT_EQ(empty->inputs.at("x").shape(), (Shape{0, 1}));
 }
 
+// TF Serving (RapidJSON's FindMember) takes the first of duplicated keys; the last would let a
+// proxy that checks the first key and Kiln disagree on what a request asks for.
+TEST(JsonTensorTest, DuplicatedKeysTakeTheFirst) {
+  const runtime::SignatureInfo signature = OneInput(DType::kFloat32);
+  auto columnar = ParsePredictRequest(
+      R"({"inputs": {"x": [[1.0]], "x": [[2.0], [3.0]]}, "inputs": {"x": [[9.0]]}})",
+      Lookup(signature));
+  ASSERT_TRUE(columnar.ok()) << columnar.status();
+  EXPECT_EQ(columnar->inputs.at("x").shape(), (Shape{1, 1}));
+  EXPECT_EQ(columnar->inputs.at("x").data<float>()[0], 1.0f);
+
+  auto rows = ParsePredictRequest(
+      R"({"signature_name": "serving_default", "signature_name": "other",
+          "instances": [{"x": [1.0], "x": [7.0]}, {"x": [2.0]}]})",
+      Lookup(signature));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->signature_name, "serving_default");
+  EXPECT_EQ(rows->inputs.at("x").data<float>()[0], 1.0f);
+  EXPECT_EQ(rows->inputs.at("x").data<float>()[1], 2.0f);
+
+  auto examples = ParseExamplesRequest(
+      R"({"examples": [{"f": [1.0], "f": [2.0, 3.0]}], "examples": [],
+          "signature_name": "a", "signature_name": "b"})");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  EXPECT_EQ(examples->signature_name, "a");
+  ASSERT_EQ(examples->examples.size(), 1u);
+  const auto& feature = examples->examples[0].features().feature().at("f");
+  ASSERT_EQ(feature.float_list().value_size(), 1);
+  EXPECT_EQ(feature.float_list().value(0), 1.0f);
+}
+
 }  // namespace
 }  // namespace kiln::serving

@@ -10,9 +10,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/data/formats/tfrecord.h"
+#include "kiln/serving/http_server.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/rest_handler.h"
 #include "kiln/serving/tensor_proto.h"
+#include "simdjson.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
 
 namespace kiln::serving {
@@ -300,6 +302,217 @@ TEST(ServerCoreTest, CorruptedWarmupRecordFailsTheLoadNamingFileAndOffset) {
   EXPECT_THAT(core.status().message(), HasSubstr("data CRC mismatch"));
   EXPECT_THAT(core.status().message(), HasSubstr(path));
   EXPECT_THAT(core.status().message(), HasSubstr("at byte offset " + std::to_string(record_size)));
+}
+
+const std::string kTfServingTestdata = "/work/shared/testdata/tf_serving";
+
+// JSON with every object's keys sorted: TF Serving's golden files list map entries in
+// protobuf's order, Kiln in sorted order; the content must be the same.
+std::string CanonicalJson(simdjson::dom::element e) {
+  using simdjson::dom::element_type;
+  if (e.type() == element_type::OBJECT) {
+    std::map<std::string, std::string> fields;
+    simdjson::dom::object object = e.get_object().value_unsafe();
+    for (auto field : object) {
+      fields[std::string(field.key)] = CanonicalJson(field.value);
+    }
+    std::string out = "{";
+    for (const auto& [key, value] : fields) out += "\"" + key + "\":" + value + ",";
+    return out + "}";
+  }
+  if (e.type() == element_type::ARRAY) {
+    std::string out = "[";
+    simdjson::dom::array array = e.get_array().value_unsafe();
+    for (auto item : array) out += CanonicalJson(item) + ",";
+    return out + "]";
+  }
+  return simdjson::minify(e);
+}
+
+std::string CanonicalJson(const std::string& text) {
+  static simdjson::dom::parser* parser = new simdjson::dom::parser();
+  simdjson::dom::element doc;
+  if (parser->parse(text).get(doc) != simdjson::SUCCESS) return "invalid JSON: " + text;
+  return CanonicalJson(doc);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+tensorflow::serving::ModelServerConfig Tf2Config(const std::string& name) {
+  return SingleModelConfig(name, kTfServingTestdata + "/saved_model_half_plus_two_tf2_cpu");
+}
+
+TEST(ServerCoreTest, Tf2MetadataMatchesTfServingsGoldenJson) {
+  if (!fs::exists(kTfServingTestdata)) GTEST_SKIP() << "no " << kTfServingTestdata;
+  auto core = ServerCore::Create(NoPolling(nullptr),
+                                 Tf2Config("saved_model_half_plus_two_2_versions"));
+  ASSERT_TRUE(core.ok()) << core.status();
+  RestHandler handler(core->get(), nullptr, "");
+  HttpResponse metadata =
+      Call(handler, "GET", "/v1/models/saved_model_half_plus_two_2_versions/metadata");
+  ASSERT_EQ(metadata.status, 200) << metadata.body;
+  EXPECT_EQ(CanonicalJson(metadata.body),
+            CanonicalJson(ReadAll(kTfServingTestdata +
+                                  "/saved_model_half_plus_two_tf2_2_versions_metadata.json")));
+}
+
+// TF2 exports write tensorflow/serving/predict into every signature; TF Serving checks the
+// method name only under --enable_signature_method_name_check.
+TEST(ServerCoreTest, ClassifyAndRegressCheckMethodNameOnlyWhenAsked) {
+  if (!fs::exists(kTfServingTestdata)) GTEST_SKIP() << "no " << kTfServingTestdata;
+  const std::string body =
+      R"({"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]})";
+  for (bool check : {false, true}) {
+    ServerCoreOptions options = NoPolling(nullptr);
+    options.enable_signature_method_name_check = check;
+    auto core = ServerCore::Create(options, Tf2Config("hp"));
+    ASSERT_TRUE(core.ok()) << core.status();
+    RestHandler handler(core->get(), nullptr, "");
+    HttpResponse classify = Call(handler, "POST", "/v1/models/hp:classify", body);
+    HttpResponse regress =
+        Call(handler, "POST", "/v1/models/hp:regress",
+             R"({"signature_name": "regress_x_to_y", "examples": [{"x": 2.0}]})");
+    if (check) {
+      EXPECT_EQ(classify.status, 400) << classify.body;
+      EXPECT_THAT(classify.body, HasSubstr("method_name to be tensorflow/serving/classify"));
+      EXPECT_EQ(regress.status, 400) << regress.body;
+    } else {
+      EXPECT_EQ(classify.status, 200) << classify.body;
+      EXPECT_THAT(classify.body, HasSubstr(R"({"results": [[["", 3)"));
+      EXPECT_EQ(regress.status, 200) << regress.body;
+      EXPECT_THAT(regress.body, HasSubstr(R"({"results": [3)"));
+    }
+  }
+}
+
+TEST(ServerCoreTest, ReadModelServerConfigUsesTfServingsParseMessage) {
+  if (!fs::exists(kTfServingTestdata)) GTEST_SKIP() << "no " << kTfServingTestdata;
+  auto config = ReadModelServerConfig(kTfServingTestdata + "/bad_model_config.txt");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("Error parsing text-format tensorflow.serving.ModelServerConfig"));
+  EXPECT_THAT(config.status().message(), HasSubstr("bad_model_config.txt"));
+}
+
+// HandleReloadConfigRequest applies all of a request or none of it, with TF Serving's codes.
+TEST(ServerCoreTest, ReloadAppliesAllOrNothing) {
+  const std::string base = TempDir("reload_all_or_nothing");
+  AddVersion(base, 1, kHalfPlusTwo);
+  AddVersion(base, 2, kHalfPlusTwo);
+  auto config = OnnxConfig("m", base);
+  auto core = ServerCore::Create(NoPolling(nullptr), config);
+  ASSERT_TRUE(core.ok()) << core.status();
+  auto serving_version = [&](const std::string& name) -> int64_t {
+    auto servable = (*core)->Lookup({name});
+    return servable.ok() ? (*servable)->version() : -1;
+  };
+  ASSERT_EQ(serving_version("m"), 2);
+
+  // An empty config would unload everything: refused, nothing changes.
+  absl::Status empty = (*core)->ReloadConfig(tensorflow::serving::ModelServerConfig());
+  EXPECT_EQ(empty.code(), absl::StatusCode::kFailedPrecondition) << empty;
+  EXPECT_EQ(serving_version("m"), 2);
+
+  // One model's bad label fails the request: the new model "n" is not added, "m" keeps its
+  // policy.
+  auto bad_label = OnnxConfig("m", base);
+  auto* m = bad_label.mutable_model_config_list()->mutable_config(0);
+  m->mutable_model_version_policy()->mutable_specific()->add_versions(1);
+  (*m->mutable_version_labels())["stable"] = 7;
+  *bad_label.mutable_model_config_list()->add_config() =
+      OnnxConfig("n", base).model_config_list().config(0);
+  absl::Status label = (*core)->ReloadConfig(bad_label);
+  EXPECT_EQ(label.code(), absl::StatusCode::kFailedPrecondition) << label;
+  EXPECT_THAT(label.message(), HasSubstr("version 7 of model m"));
+  EXPECT_EQ(serving_version("n"), -1);
+  EXPECT_EQ(serving_version("m"), 2);
+
+  // A version that fails to load fails the request: nothing changes either.
+  const std::string broken = TempDir("reload_broken");
+  fs::create_directories(fs::path(broken) / "1");
+  std::ofstream(fs::path(broken) / "1" / "model.onnx") << "not a model";
+  auto bad_load = OnnxConfig("m", base);
+  *bad_load.mutable_model_config_list()->add_config() =
+      OnnxConfig("b", broken).model_config_list().config(0);
+  (*bad_load.mutable_model_config_list()->mutable_config(0)->mutable_version_labels())["x"] = 2;
+  EXPECT_FALSE((*core)->ReloadConfig(bad_load).ok());
+  EXPECT_FALSE((*core)->Lookup({"b"}).ok());
+  EXPECT_EQ((*core)->ResolveLabel("m", "x").status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Changing the platform and relative base paths are refused, as TF Serving does.
+  auto tensorflow_platform = OnnxConfig("m", base);
+  tensorflow_platform.mutable_model_config_list()->mutable_config(0)->set_model_platform(
+      "tensorflow");
+  absl::Status platform = (*core)->ReloadConfig(tensorflow_platform);
+  EXPECT_EQ(platform.code(), absl::StatusCode::kInvalidArgument) << platform;
+  EXPECT_THAT(platform.message(), HasSubstr("Illegal to change a model's platform"));
+  auto relative = OnnxConfig("m", "models/m");
+  relative.mutable_model_config_list()->mutable_config(0)->set_base_path("models/m");
+  absl::Status relative_status = (*core)->ReloadConfig(relative);
+  EXPECT_EQ(relative_status.code(), absl::StatusCode::kInvalidArgument) << relative_status;
+  EXPECT_THAT(relative_status.message(), HasSubstr("to have an absolute path"));
+  EXPECT_EQ(serving_version("m"), 2);
+
+  // A base path that does not exist keeps the version serving; once versions appear there,
+  // the poll loads them and they replace it.
+  const std::string moved = (fs::path(TempDir("reload_moved")) / "later").string();
+  ASSERT_TRUE((*core)->ReloadConfig(OnnxConfig("m", moved)).ok());
+  EXPECT_EQ(serving_version("m"), 2);
+  (*core)->PollNow();
+  EXPECT_EQ(serving_version("m"), 2);
+  AddVersion(moved, 1, kHalfPlusTwo);
+  (*core)->PollNow();
+  EXPECT_EQ(serving_version("m"), 1);
+  EXPECT_FALSE((*core)->Lookup({"m", 2, ""}).ok());
+
+  // A good request applies all of its changes.
+  auto good = OnnxConfig("m", moved);
+  (*good.mutable_model_config_list()->mutable_config(0)->mutable_version_labels())["s"] = 1;
+  *good.mutable_model_config_list()->add_config() =
+      OnnxConfig("n", base).model_config_list().config(0);
+  ASSERT_TRUE((*core)->ReloadConfig(good).ok());
+  EXPECT_EQ(serving_version("n"), 2);
+  EXPECT_EQ(*(*core)->ResolveLabel("m", "s"), 1);
+}
+
+TEST(ServerCoreTest, RestPathsAreUrlDecoded) {
+  const std::string base = TempDir("url_decoded");
+  AddVersion(base, 1, kHalfPlusTwo);
+  auto config = OnnxConfig("hp two", base);
+  (*config.mutable_model_config_list()->mutable_config(0)->mutable_version_labels())["a b"] = 1;
+  auto core = ServerCore::Create(NoPolling(nullptr), config);
+  ASSERT_TRUE(core.ok()) << core.status();
+  RestHandler handler(core->get(), nullptr, "");
+  EXPECT_EQ(Call(handler, "GET", "/v1/models/hp%20two").status, 200);
+  HttpResponse predict = Call(handler, "POST", "/v1/models/hp%20two/labels/a%20b:predict",
+                              R"({"instances": [[1.0]]})");
+  EXPECT_EQ(predict.status, 200) << predict.body;
+  EXPECT_EQ(predict.body, R"({"predictions": [[2.5]]})");
+  EXPECT_EQ(Call(handler, "GET", "/v1/models/hp%2").status, 400);
+  EXPECT_EQ(Call(handler, "GET", "/v1/models/hp%zztwo").status, 400);
+}
+
+TEST(HttpGzipTest, InflateBoundsTheDecompressedSize) {
+  const std::string json(100000, ' ');
+  const std::string gzip = GzipCompress(json);
+  EXPECT_LT(gzip.size(), 1000u);
+  auto inflated = InflateBody(gzip, json.size());
+  ASSERT_TRUE(inflated.ok()) << inflated.status();
+  EXPECT_EQ(*inflated, json);
+  // A "zip bomb": small on the wire, over the limit once decompressed.
+  auto bomb = InflateBody(gzip, json.size() - 1);
+  EXPECT_EQ(bomb.status().code(), absl::StatusCode::kResourceExhausted) << bomb.status();
+  EXPECT_EQ(InflateBody("not gzip at all", 1000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(InflateBody(gzip.substr(0, gzip.size() / 2), 1 << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(AcceptsGzip("gzip"));
+  EXPECT_TRUE(AcceptsGzip("deflate, GZIP;q=0.5"));
+  EXPECT_FALSE(AcceptsGzip("gzip;q=0"));
+  EXPECT_FALSE(AcceptsGzip("br, identity"));
 }
 
 }  // namespace

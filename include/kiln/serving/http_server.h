@@ -24,6 +24,16 @@ struct HttpServerOptions {
   int timeout_ms = 30000;
 };
 
+// A request body sent with Content-Encoding gzip (or deflate: zlib), decompressed. The
+// decompressed size is bounded by `max_bytes` (RESOURCE_EXHAUSTED beyond it, so a small "zip
+// bomb" cannot take the server's memory); a corrupt stream is INVALID_ARGUMENT.
+absl::StatusOr<std::string> InflateBody(absl::string_view compressed, size_t max_bytes);
+// `data` as a gzip stream (replies to clients that send Accept-Encoding: gzip).
+std::string GzipCompress(absl::string_view data);
+// Whether an Accept-Encoding header value accepts gzip ("gzip, br", "gzip;q=0.5"; not
+// "gzip;q=0").
+bool AcceptsGzip(absl::string_view accept_encoding);
+
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const HttpRequest&)>;

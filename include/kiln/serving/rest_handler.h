@@ -19,6 +19,7 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  bool gzip = false;  // `body` is gzip-compressed (sent with Content-Encoding: gzip)
 };
 
 // TF Serving's mapping of status codes to HTTP codes.

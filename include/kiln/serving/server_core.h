@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,12 +35,22 @@ using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<runtime::Model>
 // One loaded version of a model.
 class ServableVersion {
  public:
+  // `metadata_only_signatures`: SignatureDefs that GetModelMetadata lists but that cannot be
+  // run (a TF2 SavedModel's __saved_model_init_op), as TF Serving lists them.
   ServableVersion(std::string name, int64_t version, std::shared_ptr<runtime::Model> model,
-                  std::optional<BatchingOptions> batching, ServingMetrics* metrics);
+                  std::optional<BatchingOptions> batching, ServingMetrics* metrics,
+                  bool check_signature_method_name = false,
+                  std::map<std::string, runtime::SignatureInfo> metadata_only_signatures = {});
 
   const std::string& name() const { return name_; }
   int64_t version() const { return version_; }
   const runtime::Model& model() const { return *model_; }
+  // --enable_signature_method_name_check: Classify and Regress refuse signatures whose
+  // method_name is not theirs (TF Serving's default is not to check).
+  bool check_signature_method_name() const { return check_signature_method_name_; }
+  const std::map<std::string, runtime::SignatureInfo>& metadata_only_signatures() const {
+    return metadata_only_signatures_;
+  }
 
   // Runs a signature, through the batcher when batching is on. `api` ("Predict", "Classify",
   // "Regress") labels the runtime_latency metric; each API has its own batch queue.
@@ -53,6 +64,8 @@ class ServableVersion {
   const std::shared_ptr<runtime::Model> model_;
   const std::optional<BatchingOptions> batching_;
   ServingMetrics* const metrics_;
+  const bool check_signature_method_name_;
+  const std::map<std::string, runtime::SignatureInfo> metadata_only_signatures_;
   mutable std::mutex mu_;
   // By signature and API.
   mutable std::map<std::pair<std::string, std::string>, std::unique_ptr<Batcher>> batchers_;
@@ -85,6 +98,7 @@ struct ServerCoreOptions {
   std::optional<BatchingOptions> batching;  // set: --enable_batching
   bool allow_precompilation = false;
   bool allow_version_labels_for_unavailable_models = false;
+  bool enable_signature_method_name_check = false;
   ServingMetrics* metrics = nullptr;
 };
 
@@ -97,8 +111,16 @@ class ServerCore {
       ServerCoreOptions options, const tensorflow::serving::ModelServerConfig& config);
   ~ServerCore();
 
-  // Replaces the served models: new models are loaded (this waits for them), removed ones
-  // unloaded, changed policies and labels applied.
+  // Replaces the served models, all of the request or none of it, as TF Serving does:
+  //  - the whole config is validated first (names, absolute base paths, no model changing its
+  //    platform: INVALID_ARGUMENT; a config with no model list after one that had it:
+  //    FAILED_PRECONDITION), then every label is checked against the versions that will be
+  //    available (FAILED_PRECONDITION), then every new version is loaded (this waits for
+  //    them) while the current ones keep serving; any failure leaves everything as it was;
+  //  - only then are the new configs, versions and labels swapped in and the versions no
+  //    longer wanted unloaded;
+  //  - a base path that does not exist (yet) loads nothing and unloads nothing: the versions
+  //    serving keep serving until versions appear there.
   absl::Status ReloadConfig(const tensorflow::serving::ModelServerConfig& config);
 
   absl::StatusOr<std::shared_ptr<const ServableVersion>> Lookup(const ModelSpecRef& spec) const;
@@ -122,6 +144,9 @@ class ServerCore {
   struct VersionEntry {
     VersionStatus status;
     std::shared_ptr<const ServableVersion> servable;
+    // The base path `servable` was loaded from: after the model's base_path changes, versions
+    // from the old path serve until the new path has versions to replace them.
+    std::string source_path;
   };
   struct ModelEntry {
     tensorflow::serving::ModelConfig config;
@@ -134,6 +159,10 @@ class ServerCore {
   // Loads what each model's policy wants and unloads what it no longer wants; returns the
   // load errors of this pass.
   absl::Status PollModels(const std::vector<std::string>& names);
+  // Unloads the versions of `entry` that are neither aspired nor kept to stand in for an
+  // aspired version that failed to load. `present`: the listing of its base path. Needs mu_.
+  void RetireVersions(const std::string& name, ModelEntry& entry, const std::set<int64_t>& aspired,
+                      const std::vector<int64_t>& present, size_t deficit);
   absl::StatusOr<std::shared_ptr<const ServableVersion>> LoadVersion(
       const tensorflow::serving::ModelConfig& config, int64_t version);
   void PollLoop();
@@ -141,7 +170,8 @@ class ServerCore {
   const ServerCoreOptions options_;
   mutable std::mutex mu_;  // guards models_
   std::map<std::string, ModelEntry> models_;
-  std::mutex poll_mu_;  // one poll pass at a time
+  std::mutex poll_mu_;  // one poll pass or reload at a time
+  bool has_config_ = false;  // a model list was applied (guarded by poll_mu_)
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
