@@ -41,7 +41,8 @@ int FreePort() {
 }
 
 HttpReply HttpCall(int port, const std::string& method, const std::string& target,
-                   const std::string& body) {
+                   const std::string& body,
+                   const std::vector<std::pair<std::string, std::string>>& headers) {
   HttpReply reply;
   try {
     net::io_context ioc;
@@ -52,6 +53,7 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     http::request<http::string_body> request(http::string_to_verb(method), target, 11);
     request.set(http::field::host, "127.0.0.1");
     request.set(http::field::content_type, "application/json");
+    for (const auto& [name, value] : headers) request.set(name, value);
     request.body() = body;
     request.prepare_payload();
     http::write(stream, request);
@@ -62,6 +64,7 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     reply.status = parser.get().result_int();
     reply.body = parser.get().body();
     reply.content_type = std::string(parser.get()[http::field::content_type]);
+    reply.content_encoding = std::string(parser.get()[http::field::content_encoding]);
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   } catch (const std::exception& e) {

@@ -20,9 +20,11 @@ struct HttpReply {
   int status = 0;  // 0: no connection
   std::string body;
   std::string content_type;
+  std::string content_encoding;
 };
 HttpReply HttpCall(int port, const std::string& method, const std::string& target,
-                   const std::string& body = "");
+                   const std::string& body = "",
+                   const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 class ServerProcess {
  public:

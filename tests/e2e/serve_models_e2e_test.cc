@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kiln/serving/http_server.h"
 #include "serve_harness.h"
 
 namespace kiln::serving::testing {
@@ -387,6 +388,53 @@ TEST(ServeModelsE2ETest, TfxExportTakesBase64Examples) {
   EXPECT_NEAR(values[0] + values[1] + values[2], 1.0, 1e-5);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(values[i], values[i + 3]);
   EXPECT_EQ(server.Terminate(), 0);
+}
+
+// Issue 12's HTTP details and reload semantics against the real process.
+TEST(ServeModelsE2ETest, GzipUrlDecodedNamesAndAllOrNothingReload) {
+  const std::string dir = MakeTempDir("issue12");
+  const std::string base = CopyHalfPlusTwo(dir);
+  const std::string config = dir + "/models.config";
+  WriteFile(config, "model_config_list {\n" + ModelEntry("hp two", base) + "}\n");
+  ServerProcess server({"serve", "--model_config_file=" + config, "--rest_api_max_body_bytes=4096"});
+  ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
+
+  const std::string body = R"({"instances": [[1.0], [2.0], [5.0]]})";
+  HttpReply gzip = HttpCall(server.rest_port(), "POST", "/v1/models/hp%20two:predict",
+                            GzipCompress(body),
+                            {{"Content-Encoding", "gzip"}, {"Accept-Encoding", "gzip"}});
+  EXPECT_EQ(gzip.status, 200) << gzip.body;
+  EXPECT_EQ(gzip.content_encoding, "gzip");
+  auto inflated = InflateBody(gzip.body, 1 << 20);
+  ASSERT_TRUE(inflated.ok()) << inflated.status();
+  EXPECT_EQ(*inflated, R"({"predictions": [[2.5], [3.0], [4.5]]})");
+  // A body far over the limit once decompressed is refused, not decompressed into memory.
+  HttpReply bomb = HttpCall(server.rest_port(), "POST", "/v1/models/hp%20two:predict",
+                            GzipCompress(std::string(1 << 20, ' ')),
+                            {{"Content-Encoding", "gzip"}});
+  EXPECT_EQ(bomb.status, 413) << bomb.body;
+
+  {
+    auto stub = server.ModelStub();
+    tensorflow::serving::ReloadConfigRequest empty;
+    tensorflow::serving::ReloadConfigResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub->HandleReloadConfigRequest(&context, empty, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << status.error_message();
+  }
+  EXPECT_EQ(HttpCall(server.rest_port(), "GET", "/v1/models/hp%20two").status, 200);
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
+TEST(ServeModelsE2ETest, BadModelConfigPrintsTfServingsMessage) {
+  const std::string bad = "/work/shared/testdata/tf_serving/bad_model_config.txt";
+  if (!fs::exists(bad)) GTEST_SKIP() << "no " << bad;
+  std::string output;
+  EXPECT_NE(RunKiln({"serve", "--model_config_file=" + bad, "--port=" + std::to_string(FreePort())},
+                    &output),
+            0);
+  EXPECT_THAT(output, HasSubstr("Error parsing text-format tensorflow.serving.ModelServerConfig"));
 }
 
 }  // namespace
