@@ -1,6 +1,7 @@
 #include "kiln/opt/fusion.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -656,9 +657,13 @@ std::optional<std::vector<std::string>> UnaryAttrs(GraphView& view, const Node& 
   if (n.op == "Clip") {
     auto post = AsPostOp(view, n);
     if (!post) return std::nullopt;
+    const float lo = std::get<1>(*post), hi = std::get<2>(*post);
+    if (std::isnan(lo) || std::isnan(hi)) return std::nullopt;  // left to the Clip kernel
+    // Only the defaults may be left out: a bound of +inf below (or -inf above) is a real
+    // bound that makes every value inf (onnx_graph_fuzz: Clip(x, min=inf) came out as x).
     std::vector<std::string> attrs;
-    if (std::isfinite(std::get<1>(*post))) attrs.push_back(f("min", std::get<1>(*post)));
-    if (std::isfinite(std::get<2>(*post))) attrs.push_back(f("max", std::get<2>(*post)));
+    if (lo != -std::numeric_limits<float>::infinity()) attrs.push_back(f("min", lo));
+    if (hi != std::numeric_limits<float>::infinity()) attrs.push_back(f("max", hi));
     return attrs;
   }
   return std::vector<std::string>{};

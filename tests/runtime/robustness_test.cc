@@ -167,6 +167,41 @@ TEST_P(BothWays, HugeConstantShapesAndRangeCountsAreErrorsAtLoadOrRun) {
   }
 }
 
+// onnx_graph_fuzz: Clip(Clip(x, min=0.75), min=inf) is inf everywhere; the fused chain dropped
+// the infinite bound as if it were the default. Tile and Pad sizes from a request overflowed.
+TEST_P(BothWays, InfiniteClipBoundsAndOverflowingTileAndPadSizes) {
+  ModelBuilder b;
+  const auto x = b.Input("x", DType::kFloat32, {2, 2});
+  const auto repeats = b.Input("repeats", DType::kInt64, {2});
+  const auto pads = b.Input("pads", DType::kInt64, {4});
+  const auto clipped = b.Op("Clip", {b.Op("Clip", {x, b.g.AddConstant("lo", Tensor::Scalar(0.75f))}),
+                                     b.g.AddConstant("inf", Tensor::Scalar(
+                                                                std::numeric_limits<float>::infinity()))});
+  b.Output("clipped", clipped);
+  b.Output("tiled", b.Op("Tile", {x, repeats}));
+  b.Output("padded", b.Op("Pad", {x, pads}));
+  auto model = b.Build(Options());
+  ASSERT_NE(model, nullptr);
+  auto run = [&](std::vector<int64_t> reps, std::vector<int64_t> pad) {
+    return model->Run("serving_default", {{"x", Floats({2.5f, -1, 0, 4}, {2, 2})},
+                                          {"repeats", Tensor::FromVector(reps)},
+                                          {"pads", Tensor::FromVector(pad)}});
+  };
+  auto ok = run({1, 2}, {0, 1, 0, 1});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  for (float v : ok->at("clipped").span<float>()) EXPECT_EQ(v, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ok->at("tiled").shape(), (Shape{2, 4}));
+  EXPECT_EQ(ok->at("padded").shape(), (Shape{2, 4}));
+  auto tile_overflow = run({int64_t{1} << 62, int64_t{1} << 62}, {0, 0, 0, 0});
+  EXPECT_FALSE(tile_overflow.ok());
+  EXPECT_NE(tile_overflow.status().code(), absl::StatusCode::kInternal) << tile_overflow.status();
+  auto pad_overflow = run({1, 1}, {std::numeric_limits<int64_t>::max(), 0, 1, 0});
+  EXPECT_FALSE(pad_overflow.ok());
+  auto pad_huge = run({1, 1}, {int64_t{1} << 40, 0, 0, 0});
+  EXPECT_EQ(pad_huge.status().code(), absl::StatusCode::kResourceExhausted) << pad_huge.status();
+  EXPECT_TRUE(run({1, 1}, {0, 0, 0, 0}).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(OptimizedAndNot, BothWays, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "unoptimized" : "optimized"; });
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/tensor_common.h"
+#include "kiln/core/memory_budget.h"
 
 namespace kiln::kernels::tensor_ops {
 namespace {
@@ -105,12 +106,27 @@ class PadKernelBase : public TensorKernel {
                                        const std::vector<int64_t>& pe) const {
     PadPlan plan;
     for (int d = 0; d < in.rank(); ++d) {
-      const int64_t dim = in.dim(d), od = dim + pb[d] + pe[d];
+      const int64_t dim = in.dim(d);
+      int64_t od;
+      if (__builtin_add_overflow(dim, pb[d], &od) || __builtin_add_overflow(od, pe[d], &od)) {
+        return Error("pads ", pb[d], ",", pe[d], " overflow axis ", d);
+      }
       if (od < 0) return Error("pads ", pb[d], ",", pe[d], " make axis ", d, " negative");
       if (mode_ != PadMode::kConstant && dim == 0 && od > 0) {
         return Error("cannot pad empty axis ", d, " in a non-constant mode");
       }
       plan.out_shape.push_back(od);
+    }
+    // The index maps below are as long as the output's axes: pads from a request must not
+    // size them beyond what any run could hold.
+    auto elements = CheckedNumElements(plan.out_shape.dims());
+    if (!elements.ok()) return Error(elements.status().message());
+    if (static_cast<size_t>(*elements) > MemoryBudget::DefaultLimit()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Pad to ", plan.out_shape.ToString(), " is larger than any run's memory budget"));
+    }
+    for (int d = 0; d < in.rank(); ++d) {
+      const int64_t dim = in.dim(d), od = plan.out_shape.dim(d);
       std::vector<int64_t> map(od);
       for (int64_t i = 0; i < od; ++i) map[i] = MapPadIndex(i, pb[d], dim, mode_);
       plan.maps.push_back(std::move(map));

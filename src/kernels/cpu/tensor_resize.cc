@@ -204,7 +204,11 @@ class ResizeKernel : public TensorKernel {
         }
         for (int64_t a : axes) {
           scale[a] = s;
-          out[a] = static_cast<int64_t>(std::round(s * in.dim(static_cast<int>(a))));
+          const double size = std::round(s * in.dim(static_cast<int>(a)));
+          if (!(size <= 4611686018427387904.0)) {
+            return Error("sizes make dimension ", a, " ", size, " long");
+          }
+          out[a] = static_cast<int64_t>(size);
         }
       }
     } else {
@@ -219,8 +223,13 @@ class ResizeKernel : public TensorKernel {
       for (size_t i = 0; i < axes.size(); ++i) {
         const double s = ReadAsDouble(*scales_t, static_cast<int64_t>(i));
         if (!(s > 0)) return Error("scale ", s, " must be positive");
+        const double size = std::floor(in.dim(static_cast<int>(axes[i])) * s);
+        // A scale from a request can ask for any size; beyond int64 it is an error, not UB.
+        if (!(size <= 4611686018427387904.0)) {
+          return Error("scale ", s, " makes dimension ", axes[i], " ", size, " long");
+        }
         scale[axes[i]] = s;
-        out[axes[i]] = static_cast<int64_t>(std::floor(in.dim(static_cast<int>(axes[i])) * s));
+        out[axes[i]] = static_cast<int64_t>(size);
       }
     }
     // roi: starts then ends, for the resized axes (or all axes); [0, 1] elsewhere.

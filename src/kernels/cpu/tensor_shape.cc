@@ -647,7 +647,12 @@ class TileKernel : public BroadcastCopyKernel {
     Shape out;
     for (int i = 0; i < in.rank(); ++i) {
       if (reps[i] < 0) return Error("negative repeat ", reps[i]);
-      out.push_back(in.dim(i) * reps[i]);
+      int64_t dim;
+      if (__builtin_mul_overflow(in.dim(i), reps[i], &dim)) {
+        return Error("repeating dimension ", i, " of ", in.ToString(), " ", reps[i],
+                     " times overflows");
+      }
+      out.push_back(dim);
     }
     return out;
   }
