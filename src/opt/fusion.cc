@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -190,6 +191,32 @@ absl::StatusOr<std::string> FoldBatchNormIntoConv(Graph& g) {
   return folded ? absl::StrCat("folded ", folded, " BatchNormalization into Conv") : "";
 }
 
+// Dropping the inner Reshape of Reshape(Reshape(x, inner), outer) must not turn an error into
+// an answer (onnx_graph_fuzz: x[2,1,1,5] reshaped to [] and then to [-1] ran when merged). A
+// target of known product P (no -1) fails unless x has P elements; with a -1 it fails unless
+// x's count is a multiple of P. So the outer fails whenever the inner does when both have no -1
+// and equal products, or both have a -1 and the inner's product divides the outer's. Zeros
+// (copy a dimension) and other negatives are not reasoned about.
+static bool OuterReshapeFailsWheneverInnerDoes(const Tensor& inner, const Tensor& outer) {
+  auto product = [](const Tensor& shape, bool* inferred) -> std::optional<int64_t> {
+    int64_t p = 1;
+    *inferred = false;
+    for (int64_t d : shape.span<int64_t>()) {
+      if (d == -1 && !*inferred) {
+        *inferred = true;
+      } else if (d <= 0 || __builtin_mul_overflow(p, d, &p)) {
+        return std::nullopt;
+      }
+    }
+    return p;
+  };
+  bool inner_inferred, outer_inferred;
+  const std::optional<int64_t> p_in = product(inner, &inner_inferred);
+  const std::optional<int64_t> p_out = product(outer, &outer_inferred);
+  if (!p_in || !p_out || inner_inferred != outer_inferred) return false;
+  return inner_inferred ? *p_out % *p_in == 0 : *p_in == *p_out;
+}
+
 absl::StatusOr<std::string> EliminateIdentityTransposeReshape(Graph& g) {
   GraphView view(g);
   int identities = 0, transposes = 0, reshapes = 0;
@@ -250,6 +277,12 @@ absl::StatusOr<std::string> EliminateIdentityTransposeReshape(Graph& g) {
       bool has_zero = false;
       for (int64_t d : shape->span<int64_t>()) has_zero = has_zero || d == 0;
       if (has_zero) continue;  // 0 copies a dimension of the (inner) input: not composable
+      const Tensor* inner_shape =
+          inner->inputs.size() >= 2 ? view.Constant(inner->inputs[1]) : nullptr;
+      if (inner_shape == nullptr || inner_shape->dtype() != DType::kInt64 ||
+          !OuterReshapeFailsWheneverInnerDoes(*inner_shape, *shape)) {
+        continue;
+      }
       n.inputs[0] = inner->inputs[0];
       inner->removed = true;
       ++reshapes;

@@ -202,6 +202,25 @@ TEST_P(BothWays, InfiniteClipBoundsAndOverflowingTileAndPadSizes) {
   EXPECT_TRUE(run({1, 1}, {0, 0, 0, 0}).ok());
 }
 
+// onnx_graph_fuzz: merging Reshape(Reshape(x, []), [-1]) made an invalid graph run.
+TEST_P(BothWays, ReshapeChainsFailOrSucceedTogether) {
+  for (auto [inner, ok] : std::vector<std::pair<std::vector<int64_t>, bool>>{
+           {{}, false}, {{3, -1}, false}, {{-1, 5}, true}, {{10, 2}, true}}) {
+    ModelBuilder b;
+    const auto x = b.Input("x", DType::kFloat32, {2, 1, 2, 5});
+    const auto once = b.Op("Reshape", {x, b.g.AddConstant("inner", Tensor::FromVector(inner))});
+    b.Output("y", b.Op("Reshape", {once, b.g.AddConstant("outer", Tensor::FromVector<int64_t>(
+                                                                       {-1, 10}))}));
+    auto model = b.Build(Options());
+    ASSERT_NE(model, nullptr);
+    auto out = model->Run("serving_default", {{"x", Filled({2, 1, 2, 5}, 1.0f)}});
+    EXPECT_EQ(out.ok(), ok) << Shape(inner).ToString() << ": " << out.status();
+    if (out.ok()) {
+      EXPECT_EQ(out->at("y").shape(), (Shape{2, 10}));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(OptimizedAndNot, BothWays, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "unoptimized" : "optimized"; });
 
