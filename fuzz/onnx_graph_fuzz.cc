@@ -275,9 +275,11 @@ class GraphBuilder {
   ValueId SecondOperand(const Known& a) {
     if (fdp_.ConsumeBool()) {
       for (const Known& k : pool_) {
-        if (k.id != a.id && k.dtype == a.dtype && k.dims && a.dims &&
-            Broadcast(*k.dims, *a.dims) && fdp_.ConsumeBool()) {
-          return k.id;
+        if (k.id != a.id && k.dtype == a.dtype && k.dims && a.dims && fdp_.ConsumeBool()) {
+          // Two small tensors can broadcast to a huge one ([1, 4096] with [16, 16, 16, 1]):
+          // keep results as small as inputs, or one execution takes seconds.
+          const auto both = Broadcast(*k.dims, *a.dims);
+          if (both && NumElements(*both) >= 0 && NumElements(*both) <= kMaxElements) return k.id;
         }
       }
     }
@@ -392,7 +394,17 @@ class GraphBuilder {
     const Known a = PickFloat();
     std::vector<ValueId> ins = {a.id};
     const int n = fdp_.ConsumeIntegralInRange(0, 2);
-    for (int i = 0; i < n; ++i) ins.push_back(SecondOperand(a));
+    std::optional<std::vector<int64_t>> out = a.dims;
+    for (int i = 0; i < n; ++i) {
+      const ValueId b = SecondOperand(a);
+      // Every operand broadcasts with `a`, but two of them may broadcast to a huge result.
+      const kiln::ir::TensorType& type = graph_.value(b).type;
+      if (!out || !type.fully_known()) break;
+      const auto wider = Broadcast(*out, type.shape()->ToVector());
+      if (!wider || NumElements(*wider) < 0 || NumElements(*wider) > kMaxElements) break;
+      out = *wider;
+      ins.push_back(b);
+    }
     Emit(op, ins);
     return true;
   }
