@@ -361,13 +361,7 @@ class ConvKernel : public OpKernel {
       const int64_t channel = y_channels_last_ ? i % channels : (i / spatial) % channels;
       yv[i] = bias != nullptr ? bias[channel] : 0.0f;
     }
-    for (const PostOp& op : post_ops_) {
-      if (op.kind == "Add") {
-        for (int64_t i = 0; i < total; ++i) yv[i] += residual[static_cast<size_t>(i)];
-      } else {
-        ApplyActivation(op, yv, total);
-      }
-    }
+    ApplyPostOpsInOrder(post_ops_, residual.data(), yv, total);
     return absl::OkStatus();
   }
 

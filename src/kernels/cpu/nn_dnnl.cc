@@ -187,4 +187,15 @@ ScopedDnnlThreads::ScopedDnnlThreads(int threads) : previous_(omp_get_max_thread
 
 ScopedDnnlThreads::~ScopedDnnlThreads() { omp_set_num_threads(previous_); }
 
+void ApplyPostOpsInOrder(const std::vector<PostOp>& post_ops, const float* residual, float* data,
+                         int64_t n) {
+  for (const PostOp& op : post_ops) {
+    if (op.kind == "Add") {
+      for (int64_t i = 0; i < n; ++i) data[i] += residual[i];
+    } else {
+      ApplyActivation(op, data, n);
+    }
+  }
+}
+
 }  // namespace kiln::kernels::nn

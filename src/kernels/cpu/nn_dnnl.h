@@ -57,6 +57,11 @@ absl::StatusOr<std::vector<PostOp>> AppendPostOps(const ir::Node& node,
 // Applies one activation to a float buffer in place, exactly as the unfused activation node
 // computes it (the same vector loops).
 void ApplyActivation(const PostOp& op, float* data, int64_t n);
+// Applies `post_ops` in order to n values that stand for the primitive's result (an empty sum
+// plus bias): "Add" adds `residual` (n floats, read before `data` was written), the rest are
+// activations. Conv and MatMul use it when there is nothing for oneDNN to sum.
+void ApplyPostOpsInOrder(const std::vector<PostOp>& post_ops, const float* residual, float* data,
+                         int64_t n);
 // Applies the epilogue activations, in order, to the n floats of a primitive's output, in
 // place, on the context's intra-op threads. Nothing to do for an empty epilogue.
 void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,

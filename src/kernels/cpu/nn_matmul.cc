@@ -245,13 +245,7 @@ class MatMulKernel : public OpKernel {
       if (c_index_ >= 0) v += c[static_cast<size_t>(i % (m_ * n_))];
       yv[i] = v;
     }
-    for (const PostOp& op : post_ops_) {
-      if (op.kind == "Add") {
-        for (int64_t i = 0; i < total; ++i) yv[i] += residual[static_cast<size_t>(i)];
-      } else {
-        ApplyActivation(op, yv, total);
-      }
-    }
+    ApplyPostOpsInOrder(post_ops_, residual.data(), yv, total);
     return absl::OkStatus();
   }
 
