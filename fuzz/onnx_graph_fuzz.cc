@@ -163,12 +163,15 @@ class GraphBuilder {
   // that the first unchecked allocation does not take over every run.
   int64_t ShapeArgument() {
     switch (fdp_.ConsumeIntegralInRange(0, 23)) {
-      case 0: return int64_t{1} << 40;
+      case 0:
+        return int64_t{1} << 40;
       case 1:
         return fdp_.PickValueInArray<int64_t>(
             {int64_t{1} << 50, int64_t{1} << 62, std::numeric_limits<int64_t>::max()});
-      case 2: return -1;
-      default: return fdp_.ConsumeIntegralInRange<int64_t>(0, 4);
+      case 2:
+        return -1;
+      default:
+        return fdp_.ConsumeIntegralInRange<int64_t>(0, 4);
     }
   }
 
@@ -176,10 +179,14 @@ class GraphBuilder {
     const uint32_t r = rng_();
     if (static_cast<int>(r & 255) < special_per_256_) {
       switch ((r >> 8) & 3) {
-        case 0: return std::numeric_limits<float>::quiet_NaN();
-        case 1: return std::numeric_limits<float>::infinity();
-        case 2: return -std::numeric_limits<float>::infinity();
-        default: return -0.0f;
+        case 0:
+          return std::numeric_limits<float>::quiet_NaN();
+        case 1:
+          return std::numeric_limits<float>::infinity();
+        case 2:
+          return -std::numeric_limits<float>::infinity();
+        default:
+          return -0.0f;
       }
     }
     // Multiples of 1/4 in [-4, 4]: sums and products of these are exact in float, so
@@ -330,27 +337,48 @@ class GraphBuilder {
     // The operators and how each picks operands and attributes within the ONNX spec.
     using Builder = bool (GraphBuilder::*)();
     static constexpr Builder kBuilders[] = {
-        &GraphBuilder::Unary,        &GraphBuilder::Unary,       &GraphBuilder::Binary,
-        &GraphBuilder::Binary,       &GraphBuilder::MatMul,      &GraphBuilder::Gemm,
-        &GraphBuilder::Conv,         &GraphBuilder::Pool,        &GraphBuilder::GlobalPool,
-        &GraphBuilder::BatchNorm,    &GraphBuilder::Softmax,     &GraphBuilder::Concat,
-        &GraphBuilder::Reshape,      &GraphBuilder::Transpose,   &GraphBuilder::Flatten,
-        &GraphBuilder::Squeeze,      &GraphBuilder::Unsqueeze,   &GraphBuilder::Reduce,
-        &GraphBuilder::Gather,       &GraphBuilder::Slice,       &GraphBuilder::Pad,
-        &GraphBuilder::Clip,         &GraphBuilder::ConstantOfShape, &GraphBuilder::Range,
-        &GraphBuilder::Tile,         &GraphBuilder::Expand,      &GraphBuilder::Cast,
-        &GraphBuilder::Where,        &GraphBuilder::Compare,     &GraphBuilder::ShapeOp,
-        &GraphBuilder::Dropout,      &GraphBuilder::Variadic,
+        &GraphBuilder::Unary,
+        &GraphBuilder::Unary,
+        &GraphBuilder::Binary,
+        &GraphBuilder::Binary,
+        &GraphBuilder::MatMul,
+        &GraphBuilder::Gemm,
+        &GraphBuilder::Conv,
+        &GraphBuilder::Pool,
+        &GraphBuilder::GlobalPool,
+        &GraphBuilder::BatchNorm,
+        &GraphBuilder::Softmax,
+        &GraphBuilder::Concat,
+        &GraphBuilder::Reshape,
+        &GraphBuilder::Transpose,
+        &GraphBuilder::Flatten,
+        &GraphBuilder::Squeeze,
+        &GraphBuilder::Unsqueeze,
+        &GraphBuilder::Reduce,
+        &GraphBuilder::Gather,
+        &GraphBuilder::Slice,
+        &GraphBuilder::Pad,
+        &GraphBuilder::Clip,
+        &GraphBuilder::ConstantOfShape,
+        &GraphBuilder::Range,
+        &GraphBuilder::Tile,
+        &GraphBuilder::Expand,
+        &GraphBuilder::Cast,
+        &GraphBuilder::Where,
+        &GraphBuilder::Compare,
+        &GraphBuilder::ShapeOp,
+        &GraphBuilder::Dropout,
+        &GraphBuilder::Variadic,
     };
     const Builder b = fdp_.PickValueInArray(kBuilders);
     return (this->*b)();
   }
 
   bool Unary() {
-    static constexpr const char* kOps[] = {"Relu",  "Sigmoid", "Tanh",     "Abs",  "Neg",
-                                           "Floor", "Ceil",    "Sqrt",     "Erf",  "Elu",
-                                           "HardSigmoid", "Softplus", "LeakyRelu", "Identity",
-                                           "Exp",   "Log",     "Reciprocal", "Sign", "Round"};
+    static constexpr const char* kOps[] = {
+        "Relu", "Sigmoid", "Tanh",       "Abs",         "Neg",      "Floor",     "Ceil",
+        "Sqrt", "Erf",     "Elu",        "HardSigmoid", "Softplus", "LeakyRelu", "Identity",
+        "Exp",  "Log",     "Reciprocal", "Sign",        "Round"};
     const std::string op = fdp_.PickValueInArray(kOps);
     // Elementwise: shape need not be known.
     std::optional<Known> x = Pick(DType::kFloat32, 0, /*need_shape=*/false);
@@ -367,8 +395,8 @@ class GraphBuilder {
   }
 
   bool Binary() {
-    static constexpr const char* kOps[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow",
-                                           "PRelu"};
+    static constexpr const char* kOps[] = {"Add", "Sub", "Mul", "Div",
+                                           "Max", "Min", "Pow", "PRelu"};
     const std::string op = fdp_.PickValueInArray(kOps);
     Known a = PickFloat();
     // Integer operands sometimes (Shape outputs, int64 inputs): integer Div by zero included.
@@ -416,7 +444,9 @@ class GraphBuilder {
     // B: [K, N], or batched [.., K, N] broadcasting with A's batch dims, or rank 1 [K].
     std::vector<int64_t> bd;
     switch (fdp_.ConsumeIntegralInRange(0, 3)) {
-      case 0: bd = {k}; break;
+      case 0:
+        bd = {k};
+        break;
       case 1:
         if (ad.size() >= 2) {
           bd = std::vector<int64_t>(ad.begin(), ad.end() - 2);
@@ -428,7 +458,8 @@ class GraphBuilder {
           break;
         }
         [[fallthrough]];
-      default: bd = {k, RandomDim()};
+      default:
+        bd = {k, RandomDim()};
     }
     if (NumElements(bd) > kMaxElements) bd = {k, 1};
     const ValueId b = RandomConst(DType::kFloat32, bd);
@@ -451,12 +482,13 @@ class GraphBuilder {
     const int64_t trans_a = fdp_.ConsumeBool(), trans_b = fdp_.ConsumeBool();
     const int64_t m = (*a->dims)[trans_a ? 1 : 0], k = (*a->dims)[trans_a ? 0 : 1];
     const int64_t n = RandomDim();
-    const ValueId b = RandomConst(DType::kFloat32, trans_b ? std::vector<int64_t>{n, k}
-                                                           : std::vector<int64_t>{k, n});
+    const ValueId b = RandomConst(
+        DType::kFloat32, trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n});
     std::vector<ValueId> ins = {a->id, b};
     if (fdp_.ConsumeBool()) ins.push_back(RandomConst(DType::kFloat32, BroadcastableTo({m, n})));
     std::map<std::string, Attribute> attrs = {{"transA", trans_a}, {"transB", trans_b}};
-    if (fdp_.ConsumeBool()) attrs["alpha"] = fdp_.PickValueInArray<float>({1.0f, 0.5f, -2.0f, 0.0f});
+    if (fdp_.ConsumeBool())
+      attrs["alpha"] = fdp_.PickValueInArray<float>({1.0f, 0.5f, -2.0f, 0.0f});
     if (fdp_.ConsumeBool()) attrs["beta"] = fdp_.PickValueInArray<float>({1.0f, 0.5f, 0.0f});
     Emit("Gemm", ins, std::move(attrs));
     return true;
@@ -603,8 +635,12 @@ class GraphBuilder {
     const int64_t n = NumElements(xd);
     std::vector<int64_t> target;
     switch (fdp_.ConsumeIntegralInRange(0, 4)) {
-      case 0: target = {-1}; break;
-      case 1: target = {n}; break;
+      case 0:
+        target = {-1};
+        break;
+      case 1:
+        target = {n};
+        break;
       case 2: {
         // Split the count into two factors, one given as -1 or 0 (copy) when valid.
         std::vector<int64_t> divisors;
@@ -632,8 +668,8 @@ class GraphBuilder {
     std::map<std::string, Attribute> attrs;
     if (fdp_.ConsumeIntegralInRange(0, 7) == 0) attrs["allowzero"] = int64_t{1};
     ValueId shape = Ints(target);
-    if (auto dyn = Pick(DType::kInt64, 1); dyn && dyn->dims->size() == 1 &&
-                                           fdp_.ConsumeIntegralInRange(0, 5) == 0) {
+    if (auto dyn = Pick(DType::kInt64, 1);
+        dyn && dyn->dims->size() == 1 && fdp_.ConsumeIntegralInRange(0, 5) == 0) {
       shape = dyn->id;  // a computed shape (Shape's output, an int64 input)
     }
     Emit("Reshape", {x->id, shape}, std::move(attrs));
@@ -665,7 +701,8 @@ class GraphBuilder {
     std::vector<int64_t> axes;
     const int rank = static_cast<int>(x.dims->size());
     for (int i = 0; i < rank; ++i) {
-      if ((*x.dims)[i] == 1 && fdp_.ConsumeBool()) axes.push_back(fdp_.ConsumeBool() ? i : i - rank);
+      if ((*x.dims)[i] == 1 && fdp_.ConsumeBool())
+        axes.push_back(fdp_.ConsumeBool() ? i : i - rank);
     }
     if (axes.empty() && fdp_.ConsumeBool()) {
       Emit("Squeeze", {x.id});  // every dimension of size 1
@@ -690,9 +727,9 @@ class GraphBuilder {
   }
 
   bool Reduce() {
-    static constexpr const char* kOps[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                                           "ReduceL2", "ReduceSumSquare",
-                                           "ReduceLogSumExp", "ArgMax", "ArgMin"};
+    static constexpr const char* kOps[] = {"ReduceSum",       "ReduceMean", "ReduceMax",
+                                           "ReduceMin",       "ReduceL2",   "ReduceSumSquare",
+                                           "ReduceLogSumExp", "ArgMax",     "ArgMin"};
     const std::string op = fdp_.PickValueInArray(kOps);
     const Known x = PickFloat(op.rfind("Arg", 0) == 0 ? 1 : 0);
     const int rank = static_cast<int>(x.dims->size());
@@ -819,8 +856,9 @@ class GraphBuilder {
   bool Range() {
     if (fdp_.ConsumeBool()) {
       const int64_t start = fdp_.PickValueInArray<int64_t>({0, 1, -3, 5});
-      const int64_t limit = fdp_.ConsumeIntegralInRange(0, 3) == 0 ? ShapeArgument()
-                                                                    : fdp_.ConsumeIntegralInRange<int64_t>(-5, 8);
+      const int64_t limit = fdp_.ConsumeIntegralInRange(0, 3) == 0
+                                ? ShapeArgument()
+                                : fdp_.ConsumeIntegralInRange<int64_t>(-5, 8);
       const int64_t delta = fdp_.PickValueInArray<int64_t>({1, 2, -1, 3, 0});
       Emit("Range", {IntScalar(start), IntScalar(limit), IntScalar(delta)});
     } else {
@@ -851,12 +889,13 @@ class GraphBuilder {
     std::vector<int64_t> shape = *x.dims;
     // Expand to: the same, a dimension 1 stretched, an extra leading dim, or huge ones.
     for (int64_t& d : shape) {
-      if (d == 1 && fdp_.ConsumeBool()) d = fdp_.ConsumeIntegralInRange(0, 3) == 0 ? ShapeArgument()
-                                                                                   : RandomDim();
-      else if (fdp_.ConsumeIntegralInRange(0, 3) == 0) d = 1;
+      if (d == 1 && fdp_.ConsumeBool())
+        d = fdp_.ConsumeIntegralInRange(0, 3) == 0 ? ShapeArgument() : RandomDim();
+      else if (fdp_.ConsumeIntegralInRange(0, 3) == 0)
+        d = 1;
     }
-    if (fdp_.ConsumeBool()) shape.insert(shape.begin(), fdp_.ConsumeBool() ? RandomDim()
-                                                                           : ShapeArgument());
+    if (fdp_.ConsumeBool())
+      shape.insert(shape.begin(), fdp_.ConsumeBool() ? RandomDim() : ShapeArgument());
     Emit("Expand", {x.id, Ints(shape)});
     return true;
   }
@@ -868,7 +907,8 @@ class GraphBuilder {
         {kOnnxFloat, kOnnxInt32, kOnnxInt64, kOnnxBool, kOnnxFloat16, kOnnxDouble});
     // Float to integer is unspecified by ONNX for NaN, Inf and out-of-range values: such
     // outputs are not compared (a crash there is still a finding).
-    const bool unspecified = (x->dtype == DType::kFloat32) && (to == kOnnxInt32 || to == kOnnxInt64);
+    const bool unspecified =
+        (x->dtype == DType::kFloat32) && (to == kOnnxInt32 || to == kOnnxInt64);
     Emit("Cast", {x->id}, {{"to", to}}, 1, unspecified);
     return true;
   }
@@ -929,30 +969,59 @@ class GraphBuilder {
   // Values that are not exact in float (transcendentals, divisions, means and whatever reads
   // them); everything else computes exactly on the quarter-valued inputs.
   std::set<ValueId> inexact_;
-  inline static const std::set<std::string> kInexact = {
-      "Sigmoid", "Tanh", "Sqrt", "Erf", "Elu", "HardSigmoid", "Softplus", "Exp", "Log",
-      "Reciprocal", "Div", "Pow", "Softmax", "LogSoftmax", "ReduceMean", "ReduceL2",
-      "ReduceLogSumExp", "Mean", "AveragePool", "GlobalAveragePool", "BatchNormalization",
-      "Range", "LeakyRelu", "Gemm"};
+  inline static const std::set<std::string> kInexact = {"Sigmoid",
+                                                        "Tanh",
+                                                        "Sqrt",
+                                                        "Erf",
+                                                        "Elu",
+                                                        "HardSigmoid",
+                                                        "Softplus",
+                                                        "Exp",
+                                                        "Log",
+                                                        "Reciprocal",
+                                                        "Div",
+                                                        "Pow",
+                                                        "Softmax",
+                                                        "LogSoftmax",
+                                                        "ReduceMean",
+                                                        "ReduceL2",
+                                                        "ReduceLogSumExp",
+                                                        "Mean",
+                                                        "AveragePool",
+                                                        "GlobalAveragePool",
+                                                        "BatchNormalization",
+                                                        "Range",
+                                                        "LeakyRelu",
+                                                        "Gemm"};
   inline static const std::set<std::string> kDiscontinuous = {
-      "Floor", "Ceil", "Round", "Sign", "Equal", "Greater", "Less", "GreaterOrEqual", "ArgMax",
-      "ArgMin", "Hardmax", "Cast", "IsInf"};
+      "Floor",          "Ceil",   "Round",  "Sign",    "Equal", "Greater", "Less",
+      "GreaterOrEqual", "ArgMax", "ArgMin", "Hardmax", "Cast",  "IsInf"};
   std::map<std::string, Tensor> feeds_;
   std::vector<std::string> input_keys_;
 };
 
 double ElementAsDouble(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kFloat32: return t.data<float>()[i];
-    case DType::kFloat64: return t.data<double>()[i];
-    case DType::kFloat16: return kiln::HalfToFloat(t.data<uint16_t>()[i]);
-    case DType::kBFloat16: return kiln::BFloat16ToFloat(t.data<uint16_t>()[i]);
-    case DType::kInt64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DType::kInt32: return t.data<int32_t>()[i];
-    case DType::kBool: return t.data<bool>()[i] ? 1 : 0;
-    case DType::kUInt8: return t.data<uint8_t>()[i];
-    case DType::kInt8: return t.data<int8_t>()[i];
-    default: return 0;
+    case DType::kFloat32:
+      return t.data<float>()[i];
+    case DType::kFloat64:
+      return t.data<double>()[i];
+    case DType::kFloat16:
+      return kiln::HalfToFloat(t.data<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return kiln::BFloat16ToFloat(t.data<uint16_t>()[i]);
+    case DType::kInt64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case DType::kInt32:
+      return t.data<int32_t>()[i];
+    case DType::kBool:
+      return t.data<bool>()[i] ? 1 : 0;
+    case DType::kUInt8:
+      return t.data<uint8_t>()[i];
+    case DType::kInt8:
+      return t.data<int8_t>()[i];
+    default:
+      return 0;
   }
 }
 
@@ -995,8 +1064,8 @@ void CompareOutputs(const std::string& key, const Tensor& plain, const Tensor& o
       same = std::fabs(a - b) <= 1e-4 + 1e-3 * std::max(std::fabs(a), std::fabs(b)) + 1e-5 * scale;
     }
     if (!same) {
-      Finding(absl::StrCat("output '", key, "' element ", i, ": unoptimized ", a, ", optimized ",
-                           b, "\n  unoptimized: ", plain.DebugString(32),
+      Finding(absl::StrCat("output '", key, "' element ", i, ": unoptimized ", a, ", optimized ", b,
+                           "\n  unoptimized: ", plain.DebugString(32),
                            "\n  optimized:   ", optimized.DebugString(32)),
               graph);
     }
@@ -1082,8 +1151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (verbose) {
-    std::fprintf(stderr, "both runs: %s\n",
-                 plain.ok() ? "ok" : plain.status().ToString().c_str());
+    std::fprintf(stderr, "both runs: %s\n", plain.ok() ? "ok" : plain.status().ToString().c_str());
   }
   if (!plain.ok()) return 0;
   const auto& keys = imported.signatures[0].output_keys;

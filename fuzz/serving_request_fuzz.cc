@@ -8,8 +8,9 @@
 // code should have checked).
 //
 // Input format (readable, so that seeds are easy to write and mutations stay meaningful):
-//   "<METHOD> <TARGET>\n<body>"   a REST request, e.g. "POST /v1/models/half_plus_two:predict\n{...}"
-//   "GRPC <Rpc>\n<bytes>"         a gRPC request: <bytes> is the serialized request message
+//   "<METHOD> <TARGET>\n<body>"   a REST request, e.g. "POST
+//   /v1/models/half_plus_two:predict\n{...}" "GRPC <Rpc>\n<bytes>"         a gRPC request: <bytes>
+//   is the serialized request message
 // Seeds are in fuzz/corpus_seeds/serving_request_fuzz/ (fuzz/make_serving_seeds.sh writes them).
 //
 // The served model is built in memory (no files needed): "half_plus_two" with TF Serving's
@@ -170,8 +171,7 @@ kiln::import::ImportedModel BuildModel() {
   m.platform = "onnx";
   m.path = "serving_request_fuzz (in memory)";
   m.signatures.push_back(Predict());
-  m.signatures.push_back(
-      FromExamples("classify_x_to_y", "tensorflow/serving/classify", "scores"));
+  m.signatures.push_back(FromExamples("classify_x_to_y", "tensorflow/serving/classify", "scores"));
   m.signatures.push_back(FromExamples("regress_x_to_y", "tensorflow/serving/regress", "outputs"));
   m.signatures.push_back(Dense());
   m.signatures.push_back(Multi());
@@ -257,12 +257,12 @@ void CheckRest(absl::string_view method, absl::string_view target,
   if (response.status < 200 || response.status > 599) {
     Die(absl::StrCat("HTTP status ", response.status, "\nrequest: ", method, " ", target));
   }
-  static const auto* oom =
-      new kiln::serving::HttpResponse(kiln::serving::ErrorResponse(absl::ResourceExhaustedError(kOutOfMemory)));
-  static const auto* unexpected =
-      new kiln::serving::HttpResponse(kiln::serving::ErrorResponse(absl::InternalError(kUnexpected)));
-  static const std::string unexpected_prefix = unexpected->body.substr(
-      0, unexpected->body.find(kUnexpected) + std::strlen(kUnexpected));
+  static const auto* oom = new kiln::serving::HttpResponse(
+      kiln::serving::ErrorResponse(absl::ResourceExhaustedError(kOutOfMemory)));
+  static const auto* unexpected = new kiln::serving::HttpResponse(
+      kiln::serving::ErrorResponse(absl::InternalError(kUnexpected)));
+  static const std::string unexpected_prefix =
+      unexpected->body.substr(0, unexpected->body.find(kUnexpected) + std::strlen(kUnexpected));
   if ((response.status == oom->status && response.body == oom->body) ||
       (response.status == unexpected->status &&
        absl::StartsWith(response.body, unexpected_prefix))) {
@@ -276,8 +276,8 @@ void CheckGrpc(const std::string& rpc, const grpc::Status& status) {
        absl::StartsWith(status.error_message(), kUnexpected)) ||
       (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
        status.error_message() == kOutOfMemory)) {
-    Die(absl::StrCat("gRPC ", rpc, ": an exception reached the handler's last resort: ",
-                     status.error_message()));
+    Die(absl::StrCat("gRPC ", rpc,
+                     ": an exception reached the handler's last resort: ", status.error_message()));
   }
 }
 
@@ -290,7 +290,8 @@ void RunGrpc(Server& server, absl::string_view rpc, absl::string_view bytes) {
   if (rpc == "Predict") {
     tfs::PredictRequest request;
     tfs::PredictResponse response;
-    if (Parse(bytes, &request)) CheckGrpc("Predict", server.prediction->Predict(nullptr, &request, &response));
+    if (Parse(bytes, &request))
+      CheckGrpc("Predict", server.prediction->Predict(nullptr, &request, &response));
   } else if (rpc == "Classify") {
     tfs::ClassificationRequest request;
     tfs::ClassificationResponse response;
@@ -300,7 +301,8 @@ void RunGrpc(Server& server, absl::string_view rpc, absl::string_view bytes) {
   } else if (rpc == "Regress") {
     tfs::RegressionRequest request;
     tfs::RegressionResponse response;
-    if (Parse(bytes, &request)) CheckGrpc("Regress", server.prediction->Regress(nullptr, &request, &response));
+    if (Parse(bytes, &request))
+      CheckGrpc("Regress", server.prediction->Regress(nullptr, &request, &response));
   } else if (rpc == "MultiInference") {
     tfs::MultiInferenceRequest request;
     tfs::MultiInferenceResponse response;
@@ -318,7 +320,8 @@ void RunGrpc(Server& server, absl::string_view rpc, absl::string_view bytes) {
     tfs::GetModelStatusRequest request;
     tfs::GetModelStatusResponse response;
     if (Parse(bytes, &request)) {
-      CheckGrpc("GetModelStatus", server.model_service->GetModelStatus(nullptr, &request, &response));
+      CheckGrpc("GetModelStatus",
+                server.model_service->GetModelStatus(nullptr, &request, &response));
     }
   }
   // HandleReloadConfigRequest is left out on purpose: it would load whatever base paths the

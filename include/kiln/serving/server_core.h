@@ -170,7 +170,7 @@ class ServerCore {
   const ServerCoreOptions options_;
   mutable std::mutex mu_;  // guards models_
   std::map<std::string, ModelEntry> models_;
-  std::mutex poll_mu_;  // one poll pass or reload at a time
+  std::mutex poll_mu_;       // one poll pass or reload at a time
   bool has_config_ = false;  // a model list was applied (guarded by poll_mu_)
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
