@@ -128,8 +128,11 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
          << "/tf_serving/saved_model_half_plus_two_cpu\" model_platform: \"tensorflow\" }\n"
          << "}\n";
   }
-  ServerProcess server(
-      {"serve", "--model_config_file=" + config, "--rest_api_max_body_bytes=1048576"});
+  // --run_memory_budget_bytes of 1 GiB is below half of any machine's RAM, so the 2 GiB case
+  // below shows the flag, not the default, deciding.
+  ServerProcess server({"serve", "--model_config_file=" + config,
+                        "--rest_api_max_body_bytes=1048576",
+                        "--run_memory_budget_bytes=1073741824"});
   ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
   const int port = server.rest_port();
 
@@ -166,6 +169,8 @@ TEST(HostileRequestsE2ETest, EveryRequestGetsItsAnswerAndTheServerKeepsServing) 
        R"({"inputs":[{"name":"x","shape":[2,0],"datatype":"FP32","data":[]}]})", 400, ""},
       {"an output sized by request values", "/v1/models/cos:predict",
        R"({"inputs":{"shape":[100000,100000,100000]}})", 429, "ConstantOfShape"},
+      {"an output over --run_memory_budget_bytes (2 GiB of 1 GiB)", "/v1/models/cos:predict",
+       R"({"inputs":{"shape":[1024,1024,512]}})", 429, "1073741824"},
       {"an output whose size overflows", "/v1/models/cos:predict",
        R"({"inputs":{"shape":[4294967296,4294967296,4]}})", 400, "63 bits"},
       {"a negative dimension", "/v1/models/cos:predict", R"({"inputs":{"shape":[-1,2,3]}})", 400,
