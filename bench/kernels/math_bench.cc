@@ -4,7 +4,7 @@
 // and plain C++ loops compiled with the same flags (what a straightforward kernel gets).
 //
 //   build-kmath/bench/kernels/kernels_math_bench --benchmark_counters_tabular=true
-//   KILN_NO_AVX512=1 build-kmath/bench/kernels/kernels_math_bench   # the AVX2 path
+//   KILN_MAX_ISA=avx2 build-kmath/bench/kernels/kernels_math_bench   # the AVX2 path
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -305,6 +305,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
         infos[i].dtype = slot.dtype;
         infos[i].shape = slot.shape;
       }
+      infos[i].layout = graph.value(v).layout;
       if (slot.kind == SlotKind::kConstant) {
         infos[i].constant = &slot.constant;
       } else {
@@ -330,6 +331,10 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       prepare.inputs = infos;
       prepare.intra_op_threads = options_.intra_op_threads;
       prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
+      for (ValueId v : node.outputs) {
+        prepare.output_layouts.push_back(v == kNoValue ? ir::MemoryLayout::kPlain
+                                                       : graph.value(v).layout);
+      }
       absl::Status status = step.kernel->Prepare(prepare);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat(node.Describe(), " with inputs (",
@@ -726,8 +731,13 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
     prepare.inputs[i].dtype = t.dtype();
     prepare.inputs[i].shape = t.shape();
     if (values_[step.inputs[i]].kind == SlotKind::kConstant) prepare.inputs[i].constant = &t;
+    prepare.inputs[i].layout = graph_->value(step.inputs[i]).layout;
   }
   prepare.SetNumOutputs(static_cast<int>(step.outputs.size()));
+  for (ir::ValueId v : node.outputs) {
+    prepare.output_layouts.push_back(v == ir::kNoValue ? ir::MemoryLayout::kPlain
+                                                       : graph_->value(v).layout);
+  }
   KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
   for (size_t i = 0; i < step.outputs.size(); ++i) {
     ctx.outputs[i] = Tensor();

@@ -362,7 +362,89 @@ void Graph::Compact() {
 
 // Verify ----------------------------------------------------------------------------------
 
+const char* MemoryLayoutName(MemoryLayout layout) {
+  switch (layout) {
+    case MemoryLayout::kPlain:
+      return "plain";
+    case MemoryLayout::kNhwc:
+      return "nhwc";
+    case MemoryLayout::kNchw8c:
+      return "nChw8c";
+    case MemoryLayout::kNchw16c:
+      return "nChw16c";
+  }
+  return "?";
+}
+
+int64_t ChannelBlock(MemoryLayout layout) {
+  return layout == MemoryLayout::kNchw8c ? 8 : layout == MemoryLayout::kNchw16c ? 16 : 0;
+}
+
+bool LayoutAware(const Node& node) {
+  if (node.domain == "kiln") return node.op == "FusedConv";
+  if (!node.domain.empty()) return false;
+  return node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool" ||
+         node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
+}
+
 namespace {
+
+// A value in a non-plain layout must be a rank-4 float whose channel count fits the layout,
+// produced by a layout-aware node that writes it and read only by layout-aware nodes: any
+// other kernel would read its bytes as NCHW.
+absl::Status VerifyLayouts(const Graph& graph, const std::string& where) {
+  std::vector<bool> checked(graph.num_values(), false);
+  auto bad = [&](ValueId v, const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "value '", graph.value(v).name, "' in layout ",
+                     MemoryLayoutName(graph.value(v).layout), ": ", why));
+  };
+  for (ValueId v = 0; v < graph.num_values(); ++v) {
+    const Value& value = graph.value(v);
+    if (value.layout == MemoryLayout::kPlain) continue;
+    const TensorType& type = value.type;
+    if (type.dtype != DType::kFloat32 || !type.rank_known || type.rank() != 4) {
+      return bad(v, absl::StrCat("must be a rank-4 float tensor, is ", type.ToString()));
+    }
+    const int64_t block = ChannelBlock(value.layout);
+    if (block > 0 && (!type.dims[1].is_known() || type.dims[1].value % block != 0)) {
+      return bad(v, absl::StrCat("channels must be a known multiple of ", block, ", type is ",
+                                 type.ToString()));
+    }
+    if (value.constant.has_value() || value.producer == kNoNode) {
+      return bad(v, "only a node's output can have a layout");
+    }
+    const Node& producer = graph.node(value.producer);
+    if (!LayoutAware(producer) || producer.op == "GlobalAveragePool" ||
+        producer.op == "GlobalMaxPool") {
+      return bad(v, absl::StrCat("its producer ", producer.Describe(), " writes NCHW"));
+    }
+    for (ValueId out : graph.outputs) {
+      if (out == v) return bad(v, "a graph output is returned as NCHW");
+    }
+    checked[v] = true;
+  }
+  for (NodeId id = 0; id < graph.num_nodes(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.removed) continue;
+    // A convolution takes a layout on X and on the residual of a fused Add (its last input),
+    // a pool on X; everything else reads NCHW.
+    bool residual = false;
+    if (node.domain == "kiln" && node.op == "FusedConv") {
+      for (const std::string& op : node.GetStrings("post_ops")) residual |= op == "Add";
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
+      if (v == kNoValue || v >= graph.num_values() || !checked[v]) continue;
+      const bool accepted =
+          LayoutAware(node) && (i == 0 || (residual && i + 1 == node.inputs.size()));
+      if (!accepted) {
+        return bad(v, absl::StrCat(node.Describe(), " reads it (input ", i, ") as NCHW"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status VerifyGraph(const Graph& graph, const std::string& where) {
   const int nv = graph.num_values();
@@ -454,7 +536,7 @@ absl::Status VerifyGraph(const Graph& graph, const std::string& where) {
   }
   auto order = graph.TopologicalOrder();
   if (!order.ok()) return Annotate(order.status(), where);
-  return absl::OkStatus();
+  return VerifyLayouts(graph, where);
 }
 
 }  // namespace

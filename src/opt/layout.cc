@@ -1,14 +1,16 @@
-// Channels-last memory for chains of 2-D convolutions.
+// Keeps chains of 2-D convolutions and pools in the memory layout this CPU's convolutions
+// read and write (PassOptions::conv_activation_layout), so that no reorder runs between them.
 //
-// Kiln's tensors are NCHW, but oneDNN's fastest fp32 convolutions (brgconv, brdgmm) read and
-// write NHWC. Left alone, every conv reorders its input to NHWC and its output back: on
-// MobileNet-v2 at batch 32 those reorders took more time than the convolutions themselves.
-// This pass marks each value that a 2-D conv (or a max/average pool of such a value) produces
-// and that only 2-D convs (as input or as residual) and pools read as channels-last: the value keeps its logical NCHW shape, its
-// bytes are NHWC, and the producer and readers are told by attributes
-//   x_channels_last, residual_channels_last (readers), y_channels_last (producer).
+// Kiln's tensors are NCHW, but oneDNN's fastest fp32 convolutions want another layout, and
+// which one depends on the ISA: NHWC for AVX-512 brgconv, nChw8c for the AVX2 jit kernels.
+// Left alone, every conv reorders its input into that layout and its output back: on
+// MobileNet-v2 those reorders took as long as the convolutions themselves. This pass gives
+// each value that a 2-D conv (or a max/average pool of such a value) produces, and that only
+// 2-D convs (as input or as residual) and pools read, the layout ir::Value::layout: the value
+// keeps its logical NCHW shape and its bytes are in that layout. Kernels see it through
+// InputInfo::layout and PrepareContext::output_layouts; ir::Verify checks every reader can.
 // Decisions are recomputed from scratch on every run of the pass, so a later rewrite never
-// leaves a stale mark.
+// leaves a stale layout.
 #include <set>
 #include <string>
 #include <variant>
@@ -23,9 +25,6 @@ using ir::Graph;
 using ir::Node;
 using ir::NodeId;
 using ir::ValueId;
-
-constexpr const char* kLayoutAttrs[] = {"x_channels_last", "y_channels_last",
-                                        "residual_channels_last"};
 
 bool IsConv2D(const Graph& g, const Node& n) {
   const bool conv = (n.domain.empty() && n.op == "Conv") || (n.domain == "kiln" && n.op == "FusedConv");
@@ -79,82 +78,62 @@ bool HasSubgraphs(const Graph& g) {
   return false;
 }
 
-bool SetFlag(Node& n, const char* name, bool on) {
-  const bool was = n.GetInt(name, 0) != 0;
-  if (was == on) return false;
-  if (on) {
-    n.attrs[name] = int64_t{1};
-  } else {
-    n.attrs.erase(name);
-  }
-  return true;
-}
-
-absl::Status ChannelsLastConvLayout(Graph& g, PassContext& ctx) {
+absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
+  const ir::MemoryLayout target = ctx.options().conv_activation_layout;
+  std::set<ValueId> kept;
   // Subgraph bodies read outer values through captures that this pass does not follow.
-  if (HasSubgraphs(g)) return absl::OkStatus();
-  const std::vector<std::vector<NodeId>> consumers = g.Consumers();
-  const std::set<ValueId> graph_outputs(g.outputs.begin(), g.outputs.end());
-  // Candidates: outputs of 2-D convs and window pools whose every reader can take NHWC bytes.
-  // A window pool writes NHWC only when it reads NHWC, so candidates are then pruned until
-  // every pool's input and output agree.
-  std::set<ValueId> channels_last;
-  auto reader_accepts = [&](const Node& reader, ValueId v) {
-    if (IsConv2D(g, reader)) {
-      // As X or as the residual only (a conv reading it as weights or bias cannot).
-      const int residual = ResidualIndex(reader);
-      for (size_t i = 1; i < reader.inputs.size(); ++i) {
-        if (reader.inputs[i] == v && static_cast<int>(i) != residual) return false;
+  if (target != ir::MemoryLayout::kPlain && !HasSubgraphs(g)) {
+    const std::vector<std::vector<NodeId>> consumers = g.Consumers();
+    const std::set<ValueId> graph_outputs(g.outputs.begin(), g.outputs.end());
+    const int64_t block = ir::ChannelBlock(target);
+    auto fits = [&](ValueId v) {
+      const ir::TensorType& type = g.value(v).type;
+      if (type.dtype != DType::kFloat32 || !type.rank_known || type.rank() != 4) return false;
+      return block == 0 || (type.dims[1].is_known() && type.dims[1].value % block == 0);
+    };
+    auto reader_accepts = [&](const Node& reader, ValueId v) {
+      if (IsConv2D(g, reader)) {
+        // As X or as the residual only (a conv reading it as weights or bias cannot).
+        const int residual = ResidualIndex(reader);
+        for (size_t i = 1; i < reader.inputs.size(); ++i) {
+          if (reader.inputs[i] == v && static_cast<int>(i) != residual) return false;
+        }
+        return true;
       }
-      return true;
-    }
-    return IsGlobalPool(reader) || IsWindowPool(g, reader);
-  };
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    const Node& n = g.node(id);
-    if (n.removed || !(IsConv2D(g, n) || IsWindowPool(g, n))) continue;
-    const ValueId y = n.outputs[0];
-    if (graph_outputs.count(y) || consumers[y].empty()) continue;
-    bool accepted = true;
-    for (NodeId c : consumers[y]) accepted = accepted && reader_accepts(g.node(c), y);
-    if (accepted) channels_last.insert(y);
-  }
-  for (bool changed = true; changed;) {
-    changed = false;
+      return IsGlobalPool(reader) || IsWindowPool(g, reader);
+    };
+    // Candidates: outputs of 2-D convs and window pools whose every reader takes the layout.
     for (NodeId id = 0; id < g.num_nodes(); ++id) {
       const Node& n = g.node(id);
-      if (n.removed || !IsWindowPool(g, n)) continue;
-      const bool in = channels_last.count(n.inputs[0]) > 0;
-      const bool out = channels_last.count(n.outputs[0]) > 0;
-      if (in != out) {
-        channels_last.erase(n.inputs[0]);
-        channels_last.erase(n.outputs[0]);
-        changed = true;
+      if (n.removed || !(IsConv2D(g, n) || IsWindowPool(g, n))) continue;
+      const ValueId y = n.outputs[0];
+      if (graph_outputs.count(y) || consumers[y].empty() || !fits(y)) continue;
+      bool accepted = true;
+      for (NodeId c : consumers[y]) accepted = accepted && reader_accepts(g.node(c), y);
+      if (accepted) kept.insert(y);
+    }
+    // A window pool writes the layout it reads: prune until every pool's input and output agree.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (NodeId id = 0; id < g.num_nodes(); ++id) {
+        const Node& n = g.node(id);
+        if (n.removed || !IsWindowPool(g, n)) continue;
+        const bool in = kept.count(n.inputs[0]) > 0;
+        const bool out = kept.count(n.outputs[0]) > 0;
+        if (in != out) {
+          kept.erase(n.inputs[0]);
+          kept.erase(n.outputs[0]);
+          changed = true;
+        }
       }
     }
   }
-  int marked_values = static_cast<int>(channels_last.size());
-  int changed_nodes = 0;
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    Node& n = g.node(id);
-    if (n.removed) continue;
-    bool changed = false;
-    if (IsConv2D(g, n)) {
-      const int residual = ResidualIndex(n);
-      changed |= SetFlag(n, "x_channels_last", channels_last.count(n.inputs[0]) > 0);
-      changed |= SetFlag(n, "y_channels_last", channels_last.count(n.outputs[0]) > 0);
-      changed |= SetFlag(n, "residual_channels_last",
-                         residual >= 0 && channels_last.count(n.inputs[residual]) > 0);
-    } else if (IsGlobalPool(n) || IsWindowPool(g, n)) {
-      changed |= SetFlag(n, "x_channels_last", channels_last.count(n.inputs[0]) > 0);
-    } else {
-      for (const char* attr : kLayoutAttrs) changed |= SetFlag(n, attr, false);
-    }
-    if (changed) ++changed_nodes;
-  }
-  if (changed_nodes > 0) {
-    ctx.Note(absl::StrCat(marked_values, " conv outputs kept channels-last (NHWC bytes) across ",
-                          changed_nodes, " nodes"));
+  for (ValueId v = 0; v < g.num_values(); ++v) {
+    ir::Value& value = g.value(v);
+    const ir::MemoryLayout layout = kept.count(v) ? target : ir::MemoryLayout::kPlain;
+    if (value.layout == layout) continue;
+    value.layout = layout;
+    ctx.Note(absl::StrCat("'", value.name, "' kept in ", ir::MemoryLayoutName(layout)));
   }
   return absl::OkStatus();
 }
@@ -162,6 +141,6 @@ absl::Status ChannelsLastConvLayout(Graph& g, PassContext& ctx) {
 }  // namespace
 
 // After fusion (post-ops decide which values are conv outputs), before dead-code elimination.
-KILN_REGISTER_PASS("channels_last_conv_layout", 400, ChannelsLastConvLayout);
+KILN_REGISTER_PASS("conv_activation_layout", 400, ConvActivationLayout);
 
 }  // namespace kiln::opt

@@ -15,6 +15,7 @@
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/plan_cache.h"
+#include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
 #include "kiln/runtime/loader.h"
 
@@ -357,6 +358,7 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
     } else {
       opt::PassOptions pass_options;
       pass_options.allow_compression = options.allow_compression;
+      pass_options.conv_activation_layout = kernels::PreferredConvActivationLayout();
       KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),
                                     absl::StrCat("optimizing signature '", sg.key, "'")));
     }

@@ -289,6 +289,21 @@ TEST(KilnCliTest, RandomInputsFillWhatIsNotGiven) {
   fs::remove_all(dir);
 }
 
+// --isa caps the kernels' instruction set (to measure the AVX2 path on an AVX-512 machine) and
+// the benchmark's JSON says which ISA ran.
+TEST(KilnCliTest, IsaCapIsAppliedAndReported) {
+  const std::string dir = WriteTabularModel("isa");
+  auto r = Kiln(absl::StrCat("run ", dir,
+                             "/frozen.pb --bench --random_inputs --iterations 2 "
+                             "--json --isa avx2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "\"isa\": \"avx2\"")) << r.output;
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --isa sse2"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "--isa=sse2: must be avx2 or avx512")) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(KilnCliTest, RepeatedInputIsAnError) {
   const std::string dir = WriteTabularModel("repeated");
   auto r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input ",

@@ -1,4 +1,5 @@
-// The channels-last conv layout pass and the LayerNorm fusion on inputs of unknown type: each
+// The conv activation layout pass (every layout it can pick, whatever this CPU prefers) and
+// the LayerNorm fusion on inputs of unknown type: each
 // test checks what the optimizer marked or fused and that the optimized graph computes what
 // the original computes (kernels run for real, through the plan compiler).
 #include <random>
@@ -41,11 +42,15 @@ std::vector<Tensor> Run(const Graph& graph, const std::vector<Tensor>& inputs) {
   return outputs;
 }
 
-Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs) {
+Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs,
+                         ir::MemoryLayout conv_layout = ir::MemoryLayout::kPlain) {
   Graph optimized = graph;
   OptimizationLog log;
-  absl::Status st = Optimize(optimized, PassOptions{}, &log);
+  PassOptions options;
+  options.conv_activation_layout = conv_layout;
+  absl::Status st = Optimize(optimized, options, &log);
   EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(ir::Verify(optimized).ok()) << ir::Verify(optimized);
   const std::vector<Tensor> expected = Run(graph, inputs);
   const std::vector<Tensor> actual = Run(optimized, inputs);
   EXPECT_EQ(expected.size(), actual.size());
@@ -57,22 +62,21 @@ Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs) 
   return optimized;
 }
 
-const ir::Node* Producer(const Graph& g, ValueId v) {
-  const ir::NodeId id = g.value(v).producer;
-  return id == ir::kNoNode ? nullptr : &g.node(id);
-}
+constexpr ir::MemoryLayout kLayouts[] = {ir::MemoryLayout::kNhwc, ir::MemoryLayout::kNchw8c,
+                                         ir::MemoryLayout::kNchw16c};
 
 // Conv+Relu -> MaxPool -> Conv+Relu -> Conv + residual(MaxPool) + Relu -> GlobalAveragePool ->
-// Flatten, with the second conv's output also a graph output.
-TEST(ChannelsLastLayoutTest, ConvChainRunsChannelsLastAndMatches) {
+// Flatten, with the second conv's output also a graph output; 16 channels so that every
+// layout (NHWC, nChw8c, nChw16c) applies.
+TEST(ConvActivationLayoutTest, ConvChainKeepsTheLayoutAndMatches) {
   Graph g;
-  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 8, 10, 10}));
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 16, 10, 10}));
   g.inputs = {x};
   const std::vector<int64_t> pads = {1, 1, 1, 1};
   auto conv = [&](ValueId in, int seed, const std::string& name) {
     return Op(g, "Conv",
-              {in, g.AddConstant(name + "_w", Random(Shape{8, 8, 3, 3}, seed)),
-               g.AddConstant(name + "_b", Random(Shape{8}, seed + 1))},
+              {in, g.AddConstant(name + "_w", Random(Shape{16, 16, 3, 3}, seed)),
+               g.AddConstant(name + "_b", Random(Shape{16}, seed + 1))},
               {{"pads", pads}}, name);
   };
   ValueId y = Op(g, "Relu", {conv(x, 1, "conv1")});
@@ -83,41 +87,87 @@ TEST(ChannelsLastLayoutTest, ConvChainRunsChannelsLastAndMatches) {
                             "pool");
   const ValueId escaping = Op(g, "Relu", {conv(pooled, 3, "conv2")});
   y = Op(g, "Relu", {Op(g, "Add", {conv(escaping, 5, "conv3"), pooled})});
+  y = Op(g, "AveragePool", {y},
+         {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}},
+         "avg");
   y = Op(g, "Flatten", {Op(g, "GlobalAveragePool", {y}, {}, "gap")});
   g.outputs = {y, escaping};
-  Graph opt = OptimizeAndCompare(g, {Random(Shape{2, 8, 10, 10}, 99)});
-
-  int channels_last_outputs = 0;
-  for (const ir::Node& n : opt.nodes()) {
-    if (!n.removed && n.GetInt("y_channels_last", 0) != 0) ++channels_last_outputs;
-  }
-  EXPECT_GE(channels_last_outputs, 2) << opt.ToString();
-  // A graph output keeps plain NCHW bytes: callers read it.
-  const ir::Node* escaping_producer = Producer(opt, opt.outputs[1]);
-  ASSERT_NE(escaping_producer, nullptr);
-  EXPECT_EQ(escaping_producer->GetInt("y_channels_last", 0), 0) << opt.ToString();
-  // The global pool reads the last conv's NHWC bytes; Flatten sees NCHW [N, C, 1, 1].
-  for (const ir::Node& n : opt.nodes()) {
-    if (!n.removed && n.op == "GlobalAveragePool") {
-      EXPECT_EQ(n.GetInt("x_channels_last", 0), 1) << opt.ToString();
+  for (ir::MemoryLayout layout : kLayouts) {
+    SCOPED_TRACE(ir::MemoryLayoutName(layout));
+    Graph opt = OptimizeAndCompare(g, {Random(Shape{2, 16, 10, 10}, 99)}, layout);
+    int kept = 0;
+    for (ValueId v = 0; v < opt.num_values(); ++v) {
+      const ir::MemoryLayout l = opt.value(v).layout;
+      EXPECT_TRUE(l == ir::MemoryLayout::kPlain || l == layout) << opt.value(v).name;
+      kept += l == layout;
     }
+    // conv1 (fused Relu), the max pool, conv3 (fused residual Add and Relu), the average pool.
+    EXPECT_EQ(kept, 4) << opt.ToString();
+    // A graph output keeps plain NCHW bytes: callers read it.
+    EXPECT_EQ(opt.value(opt.outputs[1]).layout, ir::MemoryLayout::kPlain);
+  }
+  // kPlain (no preference) keeps every value NCHW.
+  Graph plain = OptimizeAndCompare(g, {Random(Shape{2, 16, 10, 10}, 99)});
+  for (ValueId v = 0; v < plain.num_values(); ++v) {
+    EXPECT_EQ(plain.value(v).layout, ir::MemoryLayout::kPlain) << plain.value(v).name;
+  }
+}
+
+// A blocked layout needs a channel count that is a multiple of its block: 12 channels take
+// NHWC but neither nChw8c nor nChw16c.
+TEST(ConvActivationLayoutTest, BlockedLayoutNeedsWholeBlocks) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 12, 6, 6}));
+  g.inputs = {x};
+  const ValueId a = Op(g, "Conv", {x, g.AddConstant("w", Random(Shape{12, 12, 1, 1}, 1))}, {}, "a");
+  const ValueId b =
+      Op(g, "Conv", {a, g.AddConstant("w2", Random(Shape{12, 12, 1, 1}, 2))}, {}, "b");
+  g.outputs = {b};
+  for (ir::MemoryLayout layout : kLayouts) {
+    SCOPED_TRACE(ir::MemoryLayoutName(layout));
+    Graph opt = OptimizeAndCompare(g, {Random(Shape{1, 12, 6, 6}, 7)}, layout);
+    const ir::MemoryLayout expected =
+        layout == ir::MemoryLayout::kNhwc ? layout : ir::MemoryLayout::kPlain;
+    EXPECT_EQ(opt.value(a).layout, expected);
   }
 }
 
 // A conv feeding anything else (here Concat) keeps NCHW, and so does its reader.
-TEST(ChannelsLastLayoutTest, ConvReadByOtherOpsStaysPlain) {
+TEST(ConvActivationLayoutTest, ConvReadByOtherOpsStaysPlain) {
   Graph g;
-  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 4, 6, 6}));
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 16, 6, 6}));
   g.inputs = {x};
-  const ValueId a = Op(g, "Conv", {x, g.AddConstant("w", Random(Shape{4, 4, 1, 1}, 1))}, {}, "a");
-  const ValueId b = Op(g, "Conv", {a, g.AddConstant("w2", Random(Shape{4, 4, 1, 1}, 2))}, {}, "b");
+  const ValueId a = Op(g, "Conv", {x, g.AddConstant("w", Random(Shape{16, 16, 1, 1}, 1))}, {}, "a");
+  const ValueId b =
+      Op(g, "Conv", {a, g.AddConstant("w2", Random(Shape{16, 16, 1, 1}, 2))}, {}, "b");
   g.outputs = {Op(g, "Concat", {a, b}, {{"axis", int64_t{1}}})};
-  Graph opt = OptimizeAndCompare(g, {Random(Shape{1, 4, 6, 6}, 7)});
-  for (const ir::Node& n : opt.nodes()) {
-    if (n.removed) continue;
-    EXPECT_EQ(n.GetInt("y_channels_last", 0), 0) << n.Describe();
-    EXPECT_EQ(n.GetInt("x_channels_last", 0), 0) << n.Describe();
+  for (ir::MemoryLayout layout : kLayouts) {
+    Graph opt = OptimizeAndCompare(g, {Random(Shape{1, 16, 6, 6}, 7)}, layout);
+    for (ValueId v = 0; v < opt.num_values(); ++v) {
+      EXPECT_EQ(opt.value(v).layout, ir::MemoryLayout::kPlain) << opt.value(v).name;
+    }
   }
+}
+
+// Verify refuses a layout that a reader would misread.
+TEST(ConvActivationLayoutTest, VerifyRejectsALayoutReadAsNchw) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 16, 6, 6}));
+  g.inputs = {x};
+  const ValueId a = Op(g, "Conv", {x, g.AddConstant("w", Random(Shape{16, 16, 1, 1}, 1))}, {}, "a");
+  g.value(a).type = TensorType::Of(DType::kFloat32, {1, 16, 6, 6});
+  g.outputs = {Op(g, "Relu", {a})};
+  ASSERT_TRUE(ir::Verify(g).ok());
+  g.value(a).layout = ir::MemoryLayout::kNchw8c;
+  const absl::Status st = ir::Verify(g);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("reads it (input 0) as NCHW"), std::string::npos) << st;
+  // The same value read only by a conv is fine; with 12 channels nChw8c is not.
+  g.outputs = {Op(g, "Conv", {a, g.AddConstant("w2", Random(Shape{16, 16, 1, 1}, 2))}, {}, "b")};
+  for (ir::Node& n : g.nodes()) n.removed = n.op == "Relu";
+  EXPECT_TRUE(ir::Verify(g).ok()) << ir::Verify(g);
+  g.value(a).type = TensorType::Of(DType::kFloat32, {1, 12, 6, 6});
+  EXPECT_FALSE(ir::Verify(g).ok());
 }
 
 // BERT's embedding sum reaches the first LayerNorm with no inferred type; axes [-1] and a 1-D

@@ -515,7 +515,7 @@ TEST(SemanticsTest, ConstantFoldingCseAndIdentityElimination) {
   ExpectSameResults(t, {WithSpecials(Shape{2, 3, 4}, 3, 2)}, {"constant_folding"});
 }
 
-// --- Channels-last layout over conv / pool chains (channels_last_conv_layout) --------------
+// --- This CPU's conv layout over conv / pool chains (conv_activation_layout) --------------
 
 TEST(SemanticsTest, ChannelsLastConvPoolChain) {
   TestGraph t;
@@ -540,7 +540,7 @@ TEST(SemanticsTest, ChannelsLastConvPoolChain) {
   in.data<float>()[9] = kNaN;
   in.data<float>()[64 + 40] = kInf;
   in.data<float>()[128 + 63] = -0.0f;
-  ExpectSameResults(t, {in}, {"channels_last_conv_layout"});
+  ExpectSameResults(t, {in}, {"conv_activation_layout"});
   ExpectSameResults(t, {Filled(Shape{1, 3, 8, 8}, kNaN)}, {});
   ExpectSameResults(t, {Filled(Shape{1, 3, 8, 8}, -0.0f)}, {});
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "command.h"
 #include "kiln/core/clock.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/npy.h"
 #include "kiln/core/status.h"
 #include "kiln/runtime/inputs.h"
@@ -96,6 +97,8 @@ version folders (the highest is used).
   --seconds S             time budget per batch size (default 2)
   --json                  print one JSON object per batch size
   --disable_optimizer     run the imported graph unoptimized
+  --isa avx2|avx512       cap the instruction set of Kiln's kernels and oneDNN (to measure
+                          the AVX2 path on an AVX-512 machine; also KILN_MAX_ISA=avx2)
 )";
 
 struct RunFlags {
@@ -114,6 +117,7 @@ struct RunFlags {
   double seconds = 2.0;
   bool json = false;
   bool disable_optimizer = false;
+  std::string isa;  // empty: the CPU's own
 };
 
 int Fail(const std::string& message) {
@@ -204,6 +208,9 @@ std::string ParseFlags(const std::vector<std::string>& args, RunFlags* flags, bo
       if (!absl::SimpleAtoi(value, &flags->iterations) || flags->iterations < 1) {
         return bad("must be a positive number");
       }
+    } else if (name == "isa") {
+      if (value != "avx2" && value != "avx512") return bad("must be avx2 or avx512");
+      flags->isa = value;
     } else if (name == "seconds") {
       if (!absl::SimpleAtod(value, &flags->seconds) || flags->seconds <= 0) {
         return bad("must be a positive number");
@@ -245,6 +252,11 @@ int RunRunCommand(const std::vector<std::string>& args) {
   if (help) {
     std::printf("%s", kUsage);
     return 0;
+  }
+  if (!flags.isa.empty()) {
+    if (absl::Status status = kiln::SetMaxCpuIsa(flags.isa); !status.ok()) {
+      return Fail(absl::StrCat("--isa: ", status.message()));
+    }
   }
   runtime::ModelOptions options;
   options.disable_optimizer = flags.disable_optimizer;
@@ -358,9 +370,10 @@ int RunRunCommand(const std::vector<std::string>& args) {
     if (flags.json) {
       std::printf(
           "{\"batch\": %lld, \"p50_ms\": %.4f, \"p90_ms\": %.4f, \"p99_ms\": %.4f, "
-          "\"items_per_s\": %.2f, \"runs\": %zu}\n",
+          "\"items_per_s\": %.2f, \"runs\": %zu, \"isa\": \"%s\"}\n",
           static_cast<long long>(batch), Percentile(sorted, 50), Percentile(sorted, 90),
-          Percentile(sorted, 99), items_per_s, ms.size());
+          Percentile(sorted, 99), items_per_s, ms.size(),
+          kiln::CpuIsaName(kiln::EffectiveCpuIsa()));
     } else {
       std::printf(
           "batch %-5lld p50 %9.3f ms  p90 %9.3f ms  p99 %9.3f ms  %12.1f items/s  (%zu runs)\n",

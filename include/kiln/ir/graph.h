@@ -63,9 +63,21 @@ using Attribute = std::variant<int64_t, float, std::string, Tensor, GraphPtr, st
                                std::vector<float>, std::vector<std::string>, std::vector<Tensor>,
                                std::vector<GraphPtr>>;
 
+// How a value's bytes are laid out. Tensors are logically NCHW (the shape never changes), but
+// between convolutions and pools the optimizer keeps a rank-4 float value in the layout this
+// CPU's convolutions read and write (opt/layout.cc), so that no reorder runs between them:
+// NHWC for oneDNN's AVX-512 brgconv, nChw8c / nChw16c (channels in blocks of 8 or 16, the
+// channel count a multiple of the block) for its AVX2 / AVX-512 jit convolutions. Only
+// layout-aware kernels (LayoutAware below) produce or read such a value; Verify checks that.
+enum class MemoryLayout : uint8_t { kPlain, kNhwc, kNchw8c, kNchw16c };
+const char* MemoryLayoutName(MemoryLayout layout);  // "plain", "nhwc", "nChw8c", "nChw16c"
+// The channel block of nChw8c / nChw16c; 0 for the others.
+int64_t ChannelBlock(MemoryLayout layout);
+
 struct Value {
   std::string name;
   TensorType type;
+  MemoryLayout layout = MemoryLayout::kPlain;
   NodeId producer = kNoNode;  // kNoNode: graph input, constant, or a capture from the outer graph
   int producer_output = 0;
   std::optional<Tensor> constant;  // set for constants (initializers and folded values)
@@ -163,6 +175,10 @@ std::vector<ValueId> CapturedValues(const Graph& graph, const Node& node);
 // Checks the structural invariants: ids in range, each value produced at most once, no
 // cycles, outputs defined, subgraphs verified recursively. Errors name the node.
 absl::Status Verify(const Graph& graph);
+
+// Operators whose kernels read (and, but for the global pools, write) every MemoryLayout:
+// Conv, kiln::FusedConv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+bool LayoutAware(const Node& node);
 
 // Fills in dtypes and (symbolic) shapes of values wherever the operators' rules allow; leaves
 // the rest unknown. Never fails on an unknown operator (its outputs stay unknown).

@@ -25,6 +25,8 @@ struct InputInfo {
   DType dtype = DType::kInvalid;  // kInvalid: an omitted optional input
   Shape shape;
   const Tensor* constant = nullptr;  // the value, when known at compile time
+  // The byte layout of the value (set by the optimizer; only LayoutAware kernels get others).
+  ir::MemoryLayout layout = ir::MemoryLayout::kPlain;
   bool present() const { return dtype != DType::kInvalid; }
 };
 
@@ -43,6 +45,12 @@ struct PrepareContext {
   // run in place). The planner decides whether it actually does.
   std::vector<int> output_in_place_of;
   size_t scratch_bytes = 0;  // per-run scratch, 64-byte aligned
+  // Set by the plan before Prepare, one per node output: the layout the kernel must write
+  // (ir::MemoryLayout; not reset by SetNumOutputs).
+  std::vector<ir::MemoryLayout> output_layouts;
+  ir::MemoryLayout output_layout(size_t i) const {
+    return i < output_layouts.size() ? output_layouts[i] : ir::MemoryLayout::kPlain;
+  }
 
   // Sizes the output vectors for `n` outputs with defaults.
   void SetNumOutputs(int n) {

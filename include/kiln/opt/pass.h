@@ -46,6 +46,10 @@ struct OptimizationLog {
 
 struct PassOptions {
   bool allow_compression = false;  // int8/bf16 passes may run
+  // The layout this CPU's convolutions read and write fastest (the kernels library measures it
+  // from oneDNN's own choice: kernels::PreferredConvActivationLayout); conv_activation_layout
+  // keeps chains of convolutions and pools in it. kPlain: every value stays NCHW.
+  ir::MemoryLayout conv_activation_layout = ir::MemoryLayout::kPlain;
   // Passes to skip by name (e.g. for debugging a fusion).
   std::vector<std::string> disabled_passes;
   int max_rounds = 4;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/kernels/conv_layout.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_conv_transpose_ref.h"
 #include "nn_dnnl.h"
@@ -166,10 +167,9 @@ class ConvKernel : public OpKernel {
             node_.Describe(), ": residual input ", ctx.inputs[residual_index_].shape.ToString(),
             " must match output ", out_shape.ToString()));
       }
-      y_channels_last_ = x.shape.rank() == 4 && node_.GetInt("y_channels_last", 0) != 0;
-      if (residual_index_ >= 0 &&
-          (x.shape.rank() == 4 && node_.GetInt("residual_channels_last", 0) != 0) !=
-              y_channels_last_) {
+      y_layout_ = x.shape.rank() == 4 ? ctx.output_layout(0) : ir::MemoryLayout::kPlain;
+      if (residual_index_ >= 0 && x.shape.rank() == 4 &&
+          ctx.inputs[residual_index_].layout != y_layout_) {
         return absl::UnimplementedError(absl::StrCat(
             node_.Describe(), ": a convolution with no input channels and a residual in another "
             "memory layout"));
@@ -214,17 +214,13 @@ class ConvKernel : public OpKernel {
       for (int i = 0; i < spatial; ++i) strides_w.push_back(spatial_strides[i]);
       user_w_desc_ = memory::desc(w_dims, memory::data_type::f32, strides_w);
     }
-    // Channels-last memory (set by the optimizer's channels_last_conv_layout pass on chains of
-    // 2-D convs): the tensor keeps its logical NCHW shape, its bytes are NHWC, which is what
-    // oneDNN's fastest fp32 convolutions read and write, so no reorder runs between them.
-    auto desc_for = [&](const Shape& shape, const char* attr) {
-      return x.shape.rank() == 4 && node_.GetInt(attr, 0) != 0
-                 ? memory::desc(ToDnnlDims(shape), memory::data_type::f32, memory::format_tag::nhwc)
-                 : PlainDesc(shape);
-    };
-    user_x_desc_ = desc_for(x.shape, "x_channels_last");
-    user_y_desc_ = desc_for(out_shape, "y_channels_last");
-    user_r_desc_ = desc_for(out_shape, "residual_channels_last");
+    // Values between 2-D convs keep the layout this CPU's convolutions read and write (the
+    // optimizer's conv_activation_layout pass): their logical shape stays NCHW, their bytes
+    // are what oneDNN picks below, so no reorder runs between them.
+    user_x_desc_ = LayoutDesc(x.shape, x.layout);
+    user_y_desc_ = LayoutDesc(out_shape, ctx.output_layout(0));
+    user_r_desc_ = LayoutDesc(out_shape, residual_index_ >= 0 ? ctx.inputs[residual_index_].layout
+                                                              : ir::MemoryLayout::kPlain);
     const memory::desc any_x(ToDnnlDims(x.shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_w(w_dims, memory::data_type::f32, memory::format_tag::any);
@@ -267,8 +263,8 @@ class ConvKernel : public OpKernel {
       } catch (const dnnl::error&) {
         // oneDNN has no deconvolution for this geometry (negative padding from output_shape):
         // the direct loop, for plain layouts without fused post-ops.
-        if (!post_ops_.empty() || node_.GetInt("x_channels_last", 0) != 0 ||
-            node_.GetInt("y_channels_last", 0) != 0) {
+        if (!post_ops_.empty() || x.layout != ir::MemoryLayout::kPlain ||
+            ctx.output_layout(0) != ir::MemoryLayout::kPlain) {
           throw;
         }
         reference_ = std::make_unique<ConvTransposeRefGeometry>(ConvTransposeRefGeometry{
@@ -348,8 +344,7 @@ class ConvKernel : public OpKernel {
     Tensor& y = ctx.outputs[0];
     const int64_t total = y.num_elements();
     if (total == 0) return absl::OkStatus();
-    const int64_t channels = y.dim(1);
-    const int64_t spatial = total / (y.dim(0) * channels);
+    const int64_t spatial = total / (y.dim(0) * y.dim(1));
     float* yv = y.data<float>();
     std::vector<float> residual;
     if (residual_index_ >= 0) {
@@ -358,7 +353,8 @@ class ConvKernel : public OpKernel {
     }
     const float* bias = has_bias_ ? ctx.inputs[2].data<float>() : nullptr;
     for (int64_t i = 0; i < total; ++i) {
-      const int64_t channel = y_channels_last_ ? i % channels : (i / spatial) % channels;
+      const int64_t channel =
+          y.rank() == 4 ? ChannelAt(i, y.shape(), y_layout_) : (i / spatial) % y.dim(1);
       yv[i] = bias != nullptr ? bias[channel] : 0.0f;
     }
     ApplyPostOpsInOrder(post_ops_, residual.data(), yv, total);
@@ -429,7 +425,7 @@ class ConvKernel : public OpKernel {
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool has_bias_ = false;
   bool empty_work_ = false;       // no input channels or no output: oneDNN is not called
-  bool y_channels_last_ = false;  // (only read when empty_work_)
+  ir::MemoryLayout y_layout_ = ir::MemoryLayout::kPlain;  // (only read when empty_work_)
   int residual_index_ = -1;
   memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,
       scratch_desc_;
@@ -456,3 +452,57 @@ KILN_REGISTER_KERNEL("", "ConvTranspose",
 
 }  // namespace
 }  // namespace kiln::kernels::nn
+
+namespace kiln::kernels {
+
+// Asks oneDNN whether it has a brgemm-based convolution for NHWC (it picks one only when asked
+// for NHWC explicitly; on AVX-512 it beat the blocked nChw16c jit kernels by 1.1-2.4x), and
+// otherwise which layout it runs a typical mid-network convolution in (format "any"; on AVX2
+// nChw8c, 1.1-1.8x faster than NHWC or NCHW there). docs/performance/runtime.md has the
+// figures; KILN_CONV_LAYOUT=nhwc|nChw8c|nChw16c|plain overrides the choice to measure them.
+ir::MemoryLayout PreferredConvActivationLayout() {
+  static const ir::MemoryLayout preferred = [] {
+    using dnnl::memory;
+    try {
+      auto& engine = nn::CpuEngine();
+      const memory::dims src{1, 64, 28, 28}, wei{64, 64, 3, 3}, dst{1, 64, 28, 28};
+      auto impl_for = [&](memory::format_tag tag, memory::desc* chosen_src,
+                          memory::desc* chosen_dst) {
+        const memory::desc s(src, memory::data_type::f32, tag);
+        const memory::desc d(dst, memory::data_type::f32, tag);
+        const memory::desc w(wei, memory::data_type::f32, memory::format_tag::any);
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::convolution_direct, s, w, d, {1, 1},
+                                             {0, 0}, {1, 1}, {1, 1});
+        dnnl::convolution_forward::primitive_desc pd(desc, engine);
+        if (chosen_src != nullptr) *chosen_src = pd.src_desc();
+        if (chosen_dst != nullptr) *chosen_dst = pd.dst_desc();
+        return std::string(pd.impl_info_str());
+      };
+      if (const char* forced = std::getenv("KILN_CONV_LAYOUT")) {
+        const std::string f = forced;
+        if (f == "nhwc") return ir::MemoryLayout::kNhwc;
+        if (f == "nChw8c") return ir::MemoryLayout::kNchw8c;
+        if (f == "nChw16c") return ir::MemoryLayout::kNchw16c;
+        if (f == "plain") return ir::MemoryLayout::kPlain;
+      }
+      if (impl_for(memory::format_tag::nhwc, nullptr, nullptr).rfind("brg", 0) == 0) {
+        return ir::MemoryLayout::kNhwc;
+      }
+      memory::desc chosen_src, chosen_dst;
+      impl_for(memory::format_tag::any, &chosen_src, &chosen_dst);
+      for (auto [tag, layout] : {std::pair{memory::format_tag::nChw8c, ir::MemoryLayout::kNchw8c},
+                                 std::pair{memory::format_tag::nChw16c, ir::MemoryLayout::kNchw16c},
+                                 std::pair{memory::format_tag::nhwc, ir::MemoryLayout::kNhwc}}) {
+        const memory::desc want_src(src, memory::data_type::f32, tag);
+        const memory::desc want_dst(dst, memory::data_type::f32, tag);
+        if (chosen_src == want_src && chosen_dst == want_dst) return layout;
+      }
+    } catch (const dnnl::error&) {
+    }
+    return ir::MemoryLayout::kPlain;
+  }();
+  return preferred;
+}
+
+}  // namespace kiln::kernels

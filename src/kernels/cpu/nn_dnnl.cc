@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/simd/ops.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/kernels/fused_post_ops.h"
 
 namespace kiln::kernels::nn {
@@ -16,7 +17,17 @@ using dnnl::algorithm;
 using dnnl::memory;
 
 dnnl::engine& CpuEngine() {
-  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine* engine = [] {
+    // oneDNN reads its cap once, before its first primitive: pass Kiln's on (kiln/core/cpu_isa.h).
+    // It refuses (throws) once it has dispatched anything, which Kiln does only through here.
+    if (EffectiveCpuIsa() < DetectedCpuIsa()) {
+      try {
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+      } catch (const dnnl::error&) {
+      }
+    }
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
 }
 
@@ -30,6 +41,30 @@ memory::dims ToDnnlDims(const Shape& shape) {
 }
 
 memory::dims ToDnnlDims(const std::vector<int64_t>& dims) { return memory::dims(dims.begin(), dims.end()); }
+
+memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout) {
+  if (shape.rank() != 4) return PlainDesc(shape);
+  switch (layout) {
+    case ir::MemoryLayout::kNhwc:
+      return memory::desc(ToDnnlDims(shape), memory::data_type::f32, memory::format_tag::nhwc);
+    case ir::MemoryLayout::kNchw8c:
+      return memory::desc(ToDnnlDims(shape), memory::data_type::f32, memory::format_tag::nChw8c);
+    case ir::MemoryLayout::kNchw16c:
+      return memory::desc(ToDnnlDims(shape), memory::data_type::f32, memory::format_tag::nChw16c);
+    case ir::MemoryLayout::kPlain:
+      break;
+  }
+  return PlainDesc(shape);
+}
+
+int64_t ChannelAt(int64_t i, const Shape& shape, ir::MemoryLayout layout) {
+  const int64_t channels = shape.dim(1);
+  const int64_t spatial = shape.dim(2) * shape.dim(3);
+  const int64_t block = ir::ChannelBlock(layout);
+  if (layout == ir::MemoryLayout::kNhwc) return i % channels;
+  if (block > 0) return (i / (spatial * block)) % (channels / block) * block + i % block;
+  return (i / spatial) % channels;
+}
 
 memory::format_tag PlainTag(int rank) {
   switch (rank) {

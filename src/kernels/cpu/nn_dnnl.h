@@ -36,6 +36,11 @@ dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& dims);
 // Plain row-major layout tag for a rank (a, ab, abc, ...).
 dnnl::memory::format_tag PlainTag(int rank);
 dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// The f32 descriptor of a rank-4 [N, C, H, W] value whose bytes are in `layout` (ir::Value's
+// layout, which the optimizer chose); PlainDesc for kPlain or another rank.
+dnnl::memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout);
+// The channel of the element at flat byte position `i` of an [N, C, H, W] value in `layout`.
+int64_t ChannelAt(int64_t i, const Shape& shape, ir::MemoryLayout layout);
 
 struct PostOp {
   std::string kind;  // "Add" or an activation name

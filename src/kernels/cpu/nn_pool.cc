@@ -165,17 +165,31 @@ class PoolKernel : public OpKernel {
       ctx.output_shapes[1] = out;
     }
     with_indices_ = outputs == 2;
-    channels_last_ = node_.GetInt("x_channels_last", 0) != 0;
+    layout_ = ctx.inputs[0].layout;
     const bool plain_window =
         global_ || (spatial_ == 2 && dilations_[0] == 1 && dilations_[1] == 1 &&
                     (kind_ == PoolKind::kMax || !count_include_pad_));
-    if (channels_last_ && (dtype_ != DType::kFloat32 || kind_ == PoolKind::kLp || with_indices_ ||
-                           spatial_ != 2 || !plain_window)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(node_.Describe(),
-                       ": x_channels_last is supported for 4-D max and average pooling "
-                       "without Indices, dilations or count_include_pad"));
+    if (layout_ != ir::MemoryLayout::kPlain &&
+        (dtype_ != DType::kFloat32 || kind_ == PoolKind::kLp || with_indices_ || spatial_ != 2 ||
+         !plain_window)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": input layout ", ir::MemoryLayoutName(layout_),
+          " is supported for 4-D max and average pooling without Indices, dilations or "
+          "count_include_pad"));
     }
+    // A window pool writes the layout it reads; a global pool's [N, C, 1, 1] result has the
+    // same bytes in every layout, and is plain.
+    const ir::MemoryLayout out_layout = global_ ? ir::MemoryLayout::kPlain : layout_;
+    if (ctx.output_layout(0) != out_layout) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": reads ", ir::MemoryLayoutName(layout_),
+                       " and cannot write ", ir::MemoryLayoutName(ctx.output_layout(0))));
+    }
+    // Channels-last bytes as [images, H, W, channels]: NHWC is [N, H, W, C]; nChw8c is
+    // [N * C/8, H, W, 8] (each block of 8 channels is an NHWC image of its own).
+    const int64_t block = ir::ChannelBlock(layout_);
+    rows_images_ = block > 0 ? x.shape.dim(0) * (x.shape.dim(1) / block) : x.shape.dim(0);
+    rows_channels_ = block > 0 ? block : x.shape.dim(1);
     return absl::OkStatus();
   }
 
@@ -228,12 +242,12 @@ class PoolKernel : public OpKernel {
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
-    if (channels_last_ && !global_) {
-      // NHWC bytes in and out: each tap is a contiguous row of C channels.
-      const int64_t channels = in_shape_.dim(1);
+    if (layout_ != ir::MemoryLayout::kPlain && !global_) {
+      // Channels-last bytes in and out: each tap is a contiguous row of `channels`.
+      const int64_t channels = rows_channels_;
       const int64_t ih = id[1], iw = id[2], oh = od[1], ow = od[2];
       const bool max = kind_ == PoolKind::kMax;
-      ctx.ParallelFor(in_shape_.dim(0) * oh, 1, [&](int64_t begin, int64_t end) {
+      ctx.ParallelFor(rows_images_ * oh, 1, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
           const int64_t b = row / oh, y = row % oh;
           const float* in = xv + b * ih * iw * channels;
@@ -268,12 +282,12 @@ class PoolKernel : public OpKernel {
       });
       return absl::OkStatus();
     }
-    if (channels_last_) {
-      // [N, C, H, W] whose bytes are NHWC (after a channels-last conv chain): reduce the H*W
-      // rows of C channels; the [N, C, 1, 1] result has the same bytes in either layout.
-      const int64_t channels = in_shape_.dim(1);
+    if (layout_ != ir::MemoryLayout::kPlain) {
+      // [N, C, H, W] whose bytes are channels-last (after a conv chain): reduce the H*W rows
+      // of each image's channels; the [N, C, 1, 1] result has the same bytes in every layout.
+      const int64_t channels = rows_channels_;
       const bool max = kind_ == PoolKind::kMax;
-      ctx.ParallelFor(in_shape_.dim(0), 1, [&](int64_t begin, int64_t end) {
+      ctx.ParallelFor(rows_images_, 1, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
           const float* in = xv + b * in_plane * channels;
           float* out = yv + b * channels;
@@ -462,7 +476,9 @@ class PoolKernel : public OpKernel {
   int spatial_ = 0;
   Shape in_shape_;
   std::vector<int64_t> kernel_, strides_, dilations_, pads_begin_, pads_end_, out_spatial_;
-  bool count_include_pad_ = false, with_indices_ = false, channels_last_ = false;
+  bool count_include_pad_ = false, with_indices_ = false;
+  ir::MemoryLayout layout_ = ir::MemoryLayout::kPlain;
+  int64_t rows_images_ = 0, rows_channels_ = 0;  // channels-last view (see Prepare)
   int64_t p_ = 2, storage_order_ = 0;
 };
 

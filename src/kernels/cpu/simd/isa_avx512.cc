@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "kernels/cpu/simd/ops.h"
+#include "kiln/core/cpu_isa.h"
 
 #if defined(__clang__)
 // Clang has no target pragma; the attribute is applied to every function up to the pop.
@@ -68,9 +69,7 @@ const Kernels* Avx512Kernels() {
 
 const Kernels& Best() {
   static const Kernels* best = [] {
-    const char* no512 = std::getenv("KILN_NO_AVX512");
-    const bool allow = no512 == nullptr || no512[0] == '\0' || no512[0] == '0';
-    const Kernels* k = allow ? Avx512Kernels() : nullptr;
+    const Kernels* k = EffectiveCpuIsa() == CpuIsa::kAvx512 ? Avx512Kernels() : nullptr;
     return k != nullptr ? k : &Avx2Kernels();
   }();
   return *best;

@@ -126,7 +126,7 @@ struct Kernels {
 
 const Kernels& Avx2Kernels();
 const Kernels* Avx512Kernels();  // null when the CPU lacks AVX-512 (F, DQ, BW, VL)
-// The widest set the CPU supports; KILN_NO_AVX512=1 in the environment forces AVX2.
+// The widest set allowed by EffectiveCpuIsa() (kiln/core/cpu_isa.h: KILN_MAX_ISA=avx2 caps it).
 const Kernels& Best();
 
 // Scalar reference versions (what the vector code must match), also used for fp64 via T.

@@ -1,0 +1,15 @@
+// The activation layout the plan keeps between convolutions, chosen per CPU.
+#pragma once
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::kernels {
+
+// The memory layout in which this CPU's fp32 2-D convolutions (oneDNN, at the effective ISA of
+// kiln/core/cpu_isa.h) read and write activations fastest: NHWC on AVX-512, nChw8c on AVX2.
+// The runtime hands it to the optimizer (opt::PassOptions::conv_activation_layout), which
+// keeps chains of convolutions and pools in it. Decided once per process; the environment
+// variable KILN_CONV_LAYOUT=nhwc|nChw8c|nChw16c|plain overrides it (to measure the others).
+ir::MemoryLayout PreferredConvActivationLayout();
+
+}  // namespace kiln::kernels
