@@ -159,6 +159,9 @@ class PlanSubgraphRunner : public kernels::SubgraphRunner {
       const Tensor* t = Resolve(outer_name);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("subgraph '", graph.name, "' reads '",
+  if (!plan->options_.packed_constants) {
+    plan->options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
+  }
                                                 outer_name,
                                                 "', which no enclosing graph computes"));
       }
@@ -302,6 +305,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       if (slot.kind == SlotKind::kDynamic) {
         shapes_known = false;
       } else {
+      prepare.packed_constants = options_.packed_constants.get();
         infos[i].dtype = slot.dtype;
         infos[i].shape = slot.shape;
       }
@@ -334,6 +338,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       for (ValueId v : node.outputs) {
         prepare.output_layouts.push_back(v == kNoValue ? ir::MemoryLayout::kPlain
                                                        : graph.value(v).layout);
+      stats_.activation_reorders += prepare.activation_reorders;
       }
       absl::Status status = step.kernel->Prepare(prepare);
       if (!status.ok()) {

@@ -6,7 +6,14 @@ namespace kiln::exec {
 
 PlanCache::PlanCache(std::shared_ptr<const ir::Graph> graph, CompileOptions options,
                      size_t capacity)
-    : graph_(std::move(graph)), options_(std::move(options)), capacity_(std::max<size_t>(1, capacity)) {}
+    : graph_(std::move(graph)),
+      options_(std::move(options)),
+      capacity_(std::max<size_t>(1, capacity)) {
+  // One set of packed weights for every plan of this signature.
+  if (!options_.packed_constants) {
+    options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
+  }
+}
 
 std::shared_ptr<const CompiledPlan> PlanCache::Find(absl::Span<const Shape> input_shapes) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -62,6 +69,11 @@ std::vector<std::vector<Shape>> PlanCache::CachedShapes() const {
   std::vector<std::vector<Shape>> out;
   for (const auto& plan : plans_) out.push_back(plan->input_shapes());
   return out;
+}
+
+std::vector<std::shared_ptr<const CompiledPlan>> PlanCache::CachedPlans() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::vector<std::shared_ptr<const CompiledPlan>>(plans_.begin(), plans_.end());
 }
 
 }  // namespace kiln::exec

@@ -418,7 +418,9 @@ std::string ModelImpl::Inspect() const {
                       " (unknown dimensions as 1): arena ", st.arena_bytes, " bytes (",
                       st.unshared_bytes, " without reuse), ", st.steps, " steps, ",
                       st.folded_nodes, " folded at compile time, ", st.in_place_outputs,
-                      " outputs in place, compiled in ", st.compile_ns / 1000, " us\n");
+                      " outputs in place, ", st.activation_reorders,
+                      " activation reorders per run, compiled in ", st.compile_ns / 1000,
+                      " us\n");
     } else {
       absl::StrAppend(&out, "  planned memory: no plan for inputs ",
                       absl::StrJoin(shape_text, ", "), ": ", plan.status().message(), "\n");
@@ -426,6 +428,10 @@ std::string ModelImpl::Inspect() const {
   }
   return out;
 }
+    const kernels::PackedConstantCache& packed = rt.cache->packed_constants();
+    absl::StrAppend(&out, "  packed weights: ", packed.bytes(), " bytes in ", packed.entries(),
+                    " entries, shared by the signature's ", rt.cache->size(), " cached plans (",
+                    packed.hits(), " reuses)\n");
 
 }  // namespace
 

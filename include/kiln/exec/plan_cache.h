@@ -28,6 +28,12 @@ class PlanCache {
   int64_t evictions() const;
   // Shapes of the cached plans, most recently used first.
   std::vector<std::vector<Shape>> CachedShapes() const;
+  // The cached plans, most recently used first.
+  std::vector<std::shared_ptr<const CompiledPlan>> CachedPlans() const;
+  // Weights packed for primitives, shared by every plan of this cache.
+  const kernels::PackedConstantCache& packed_constants() const {
+    return *options_.packed_constants;
+  }
 
  private:
   std::shared_ptr<const CompiledPlan> Find(absl::Span<const Shape> input_shapes);

@@ -18,6 +18,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/ir/graph.h"
+#include "kiln/kernels/packed_constants.h"
 
 namespace kiln::kernels {
 
@@ -34,6 +35,9 @@ struct PrepareContext {
   const ir::Node* node = nullptr;
   std::vector<InputInfo> inputs;  // one per node input
   int intra_op_threads = 1;       // threads Compute may use through ComputeContext::pool
+  // Where constant weights packed for a primitive are kept, shared by every plan of the model
+  // (null: the kernel keeps its own copy).
+  PackedConstantCache* packed_constants = nullptr;
 
   // Set by Prepare, one entry per node output:
   std::vector<DType> output_dtypes;
@@ -45,6 +49,7 @@ struct PrepareContext {
   // run in place). The planner decides whether it actually does.
   std::vector<int> output_in_place_of;
   size_t scratch_bytes = 0;  // per-run scratch, 64-byte aligned
+  int activation_reorders = 0;  // layout reorders Compute runs per call (for `kiln inspect`)
   // Set by the plan before Prepare, one per node output: the layout the kernel must write
   // (ir::MemoryLayout; not reset by SetNumOutputs).
   std::vector<ir::MemoryLayout> output_layouts;

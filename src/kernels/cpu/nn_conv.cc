@@ -105,11 +105,11 @@ class ConvKernel : public OpKernel {
   ConvKernel(const ir::Node& node, bool transpose) : node_(node), transpose_(transpose) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_.Describe(), [&] { return PrepareImpl(ctx); });
+    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_.Describe(), [&] { return ComputeImpl(ctx); });
+    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
   }
 
  private:
@@ -297,11 +297,9 @@ class ConvKernel : public OpKernel {
     packed_w_.reset();
     if (reorder_w_) {
       if (w.constant != nullptr) {
-        packed_w_ = std::make_unique<dnnl::memory>(chosen_w, engine);
-        dnnl::memory user_w(user_w_desc_, engine, w.constant->raw_data());
-        dnnl::stream s(engine);
-        dnnl::reorder(user_w, *packed_w_).execute(s, user_w, *packed_w_);
-        s.wait();
+        KILN_ASSIGN_OR_RETURN(packed_w_,
+                              PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_,
+                                           user_w_desc_, w.constant->raw_data(), chosen_w));
       } else {
         offset += Align64(chosen_w.get_size());
       }
@@ -330,6 +328,7 @@ class ConvKernel : public OpKernel {
                                                        out_shape.ToString()));
       }
     }
+    ctx.activation_reorders = int{reorder_x_} + int{reorder_y_} + int{residual_to_dst_reorder_};
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = out_shape;
@@ -432,7 +431,7 @@ class ConvKernel : public OpKernel {
   bool reorder_x_ = false, reorder_y_ = false, reorder_w_ = false;
   bool residual_to_dst_reorder_ = false;
   size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;
-  std::unique_ptr<dnnl::memory> packed_w_;
+  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
   dnnl::primitive primitive_;
   std::unique_ptr<ConvTransposeRefGeometry> reference_;  // set when oneDNN can't run it
   dnnl::reorder x_reorder_, y_reorder_, w_reorder_, residual_reorder_;

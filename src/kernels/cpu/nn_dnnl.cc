@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/simd/ops.h"
 #include "kiln/core/cpu_isa.h"
+#include "kiln/core/status.h"
 #include "kiln/kernels/fused_post_ops.h"
 
 namespace kiln::kernels::nn {
@@ -41,6 +42,29 @@ memory::dims ToDnnlDims(const Shape& shape) {
 }
 
 memory::dims ToDnnlDims(const std::vector<int64_t>& dims) { return memory::dims(dims.begin(), dims.end()); }
+
+absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
+    PackedConstantCache* cache, const ir::Node& node, const memory::desc& user, const void* data,
+    const memory::desc& packed) {
+  auto pack = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const dnnl::memory>, size_t>> {
+    auto& engine = CpuEngine();
+    auto memory = std::make_shared<dnnl::memory>(packed, engine);
+    dnnl::memory user_memory(user, engine, const_cast<void*>(data));
+    dnnl::stream stream(engine);
+    dnnl::reorder(user_memory, *memory).execute(stream, user_memory, *memory);
+    stream.wait();
+    return std::make_pair(std::shared_ptr<const dnnl::memory>(std::move(memory)),
+                          packed.get_size());
+  };
+  if (cache == nullptr) {
+    KILN_ASSIGN_OR_RETURN(auto made, pack());
+    return made.first;
+  }
+  // The key is the packed descriptor's bytes: a primitive for another shape may pick another
+  // weight layout, which is then packed (and counted) once more.
+  const std::string key(reinterpret_cast<const char*>(&packed.data), sizeof(packed.data));
+  return cache->GetOrCreate<dnnl::memory>(&node, key, pack);
+}
 
 memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout) {
   if (shape.rank() != 4) return PlainDesc(shape);

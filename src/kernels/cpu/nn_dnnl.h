@@ -83,14 +83,22 @@ class ScopedDnnlThreads {
   int previous_;
 };
 
-// Runs `fn`, turning a dnnl::error into an Internal status that names `what`.
+// Runs `fn`, turning a dnnl::error into an Internal status that names `node` (described only
+// then: Compute runs this on every call and must not build strings).
 template <typename Fn>
-absl::Status CatchDnnl(const std::string& what, Fn&& fn) {
+absl::Status CatchDnnl(const ir::Node& node, Fn&& fn) {
   try {
     return fn();
   } catch (const dnnl::error& e) {
-    return absl::InternalError(what + ": oneDNN: " + e.what());
+    return absl::InternalError(node.Describe() + ": oneDNN: " + e.what());
   }
 }
+
+// `user` (a constant input's bytes) reordered into `packed`, the layout a primitive chose.
+// Through `cache` (PrepareContext::packed_constants) when there is one, so every plan of the
+// model shares one packed copy per node and layout; the kernel's own copy otherwise.
+absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
+    PackedConstantCache* cache, const ir::Node& node, const dnnl::memory::desc& user,
+    const void* data, const dnnl::memory::desc& packed);
 
 }  // namespace kiln::kernels::nn

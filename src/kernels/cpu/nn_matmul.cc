@@ -31,10 +31,10 @@ class MatMulKernel : public OpKernel {
   MatMulKernel(const ir::Node& node, Flavor flavor) : node_(node), flavor_(flavor) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_.Describe(), [&] { return PrepareImpl(ctx); });
+    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
   }
   absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_.Describe(), [&] { return ComputeImpl(ctx); });
+    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
   }
 
  private:
@@ -208,11 +208,9 @@ class MatMulKernel : public OpKernel {
       b_desc_ = pd.weights_desc();
       packed_b_.reset();
       if (b_constant && b_desc_ != user_b_desc_) {
-        packed_b_ = std::make_unique<dnnl::memory>(b_desc_, engine);
-        dnnl::memory user_b(user_b_desc_, engine, ctx.inputs[1].constant->raw_data());
-        dnnl::stream s(engine);
-        dnnl::reorder(user_b, *packed_b_).execute(s, user_b, *packed_b_);
-        s.wait();
+        KILN_ASSIGN_OR_RETURN(
+            packed_b_, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_,
+                                    user_b_desc_, ctx.inputs[1].constant->raw_data(), b_desc_));
       } else {
         b_desc_ = user_b_desc_;
       }
@@ -340,7 +338,7 @@ class MatMulKernel : public OpKernel {
   Shape c_shape_;
   std::vector<int64_t> a_batch_, b_batch_, out_batch_;
   memory::desc user_a_desc_, user_b_desc_, b_desc_, c_desc_, scratch_desc_;
-  std::unique_ptr<dnnl::memory> packed_b_;
+  std::shared_ptr<const dnnl::memory> packed_b_;  // shared by the model's plans
   dnnl::matmul primitive_;
 };
 
