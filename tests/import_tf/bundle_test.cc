@@ -3,9 +3,9 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "import/tf/crc32c.h"
 #include "import/tf/table_reader.h"
 #include "import/tf/tensor_bundle.h"
+#include "kiln/core/coding.h"
 #include "test_util.h"
 #include "tf_graph_builder.h"
 
@@ -14,14 +14,6 @@ namespace {
 
 using testing::TempDir;
 using testing::TfServingDir;
-
-TEST(Crc32cTest, KnownValues) {
-  // RFC 3720 test vector: 32 bytes of zeros.
-  std::string zeros(32, '\0');
-  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8a9136aau);
-  EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);
-  EXPECT_EQ(UnmaskCrc32c(MaskCrc32c(0x12345678u)), 0x12345678u);
-}
 
 TEST(LevelDbTableTest, RoundTripsManyKeysAcrossBlocks) {
   std::map<std::string, std::string> entries;
@@ -59,13 +51,15 @@ TEST(LevelDbTableTest, RejectsUnknownCompression) {
   // trailer's type byte follows. Mark it zstd (2) and fix the CRC.
   const size_t size = 13;
   table[size] = 2;
-  const uint32_t crc = MaskCrc32c(Crc32cExtend(Crc32c(table.data(), size), &table[size], 1));
+  const uint32_t crc =
+      crc32c::Mask(crc32c::Extend(crc32c::Value(table.data(), size), &table[size], 1));
   std::memcpy(&table[size + 1], &crc, 4);
   auto r = ReadLevelDbTable(table, "c.index");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "compression type 2"));
   table[size] = 1;  // snappy over bytes that are not snappy: a clean error
-  const uint32_t crc1 = MaskCrc32c(Crc32cExtend(Crc32c(table.data(), size), &table[size], 1));
+  const uint32_t crc1 =
+      crc32c::Mask(crc32c::Extend(crc32c::Value(table.data(), size), &table[size], 1));
   std::memcpy(&table[size + 1], &crc1, 4);
   EXPECT_FALSE(ReadLevelDbTable(table, "c.index").ok());
 }

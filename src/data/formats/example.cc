@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kiln/core/coding.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data::formats {
@@ -34,17 +35,10 @@ class WireReader {
   bool done() const { return p_ >= end_; }
 
   bool ReadVarint(uint64_t* value) {
-    uint64_t result = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ >= end_) return false;
-      const uint8_t byte = *p_++;
-      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) {
-        *value = result;
-        return true;
-      }
-    }
-    return false;  // more than 10 bytes
+    absl::string_view rest(reinterpret_cast<const char*>(p_), end_ - p_);
+    if (!coding::GetVarint64(&rest, value)) return false;
+    p_ = reinterpret_cast<const uint8_t*>(rest.data());
+    return true;
   }
 
   bool ReadTag(uint32_t* field, uint32_t* wire_type) {
@@ -65,7 +59,7 @@ class WireReader {
 
   bool ReadFixed32(uint32_t* value) {
     if (end_ - p_ < 4) return false;
-    std::memcpy(value, p_, 4);
+    *value = coding::DecodeFixed32(reinterpret_cast<const char*>(p_));
     p_ += 4;
     return true;
   }

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/core/coding.h"
 #include "kiln/core/status.h"
-#include "kiln/data/formats/crc32c.h"
 
 namespace kiln::data::formats {
 namespace {
@@ -12,23 +12,10 @@ namespace {
 constexpr size_t kHeaderSize = sizeof(uint64_t) + sizeof(uint32_t);
 constexpr size_t kFooterSize = sizeof(uint32_t);
 
-uint32_t LoadLE32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t LoadLE64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-void AppendLE32(uint32_t v, std::string* out) { out->append(reinterpret_cast<char*>(&v), 4); }
-void AppendLE64(uint64_t v, std::string* out) { out->append(reinterpret_cast<char*>(&v), 8); }
-
 void EncodeHeader(absl::string_view record, std::string* header) {
   header->clear();
-  AppendLE64(record.size(), header);
-  AppendLE32(crc32c::Mask(crc32c::Value(header->data(), 8)), header);
+  coding::PutFixed64(header, record.size());
+  coding::PutFixed32(header, crc32c::Mask(crc32c::Value(header->data(), 8)));
 }
 
 }  // namespace
@@ -58,8 +45,9 @@ absl::Status RecordReader::Read(std::string* record) {
   if (got < kHeaderSize) {
     return Corrupt(absl::StrCat("truncated record header (", got, " of ", kHeaderSize, " bytes)"));
   }
-  const uint64_t length = LoadLE64(header_.data());
-  if (crc32c::Unmask(LoadLE32(header_.data() + 8)) != crc32c::Value(header_.data(), 8)) {
+  const uint64_t length = coding::DecodeFixed64(header_.data());
+  if (crc32c::Unmask(coding::DecodeFixed32(header_.data() + 8)) !=
+      crc32c::Value(header_.data(), 8)) {
     return Corrupt("corrupted record: length CRC mismatch");
   }
   record->clear();
@@ -70,7 +58,8 @@ absl::Status RecordReader::Read(std::string* record) {
   header_.clear();
   KILN_ASSIGN_OR_RETURN(got, stream_->ReadAppend(kFooterSize, &header_));
   if (got < kFooterSize) return Corrupt("truncated record (data CRC missing)");
-  if (crc32c::Unmask(LoadLE32(header_.data())) != crc32c::Value(record->data(), record->size())) {
+  if (crc32c::Unmask(coding::DecodeFixed32(header_.data())) !=
+      crc32c::Value(record->data(), record->size())) {
     return Corrupt("corrupted record: data CRC mismatch");
   }
   offset_ = stream_->position();
@@ -117,7 +106,7 @@ std::string SerializeRecord(absl::string_view record) {
   std::string out;
   EncodeHeader(record, &out);
   out.append(record.data(), record.size());
-  AppendLE32(crc32c::Mask(crc32c::Value(record.data(), record.size())), &out);
+  coding::PutFixed32(&out, crc32c::Mask(crc32c::Value(record.data(), record.size())));
   return out;
 }
 

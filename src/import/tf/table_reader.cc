@@ -5,45 +5,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "import/tf/crc32c.h"
+#include "kiln/core/coding.h"
 #include "kiln/core/status.h"
 
 namespace kiln::import::tf {
 namespace {
 
+using coding::DecodeFixed32;
+using coding::GetVarint64;
+using coding::PutFixed32;
+using coding::PutVarint64;
+
 constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ull;
 constexpr size_t kFooterSize = 48;
 constexpr size_t kBlockTrailerSize = 5;  // compression type byte + masked CRC32C
-
-bool GetVarint64(absl::string_view* in, uint64_t* value) {
-  uint64_t result = 0;
-  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
-    const uint8_t byte = static_cast<uint8_t>((*in)[0]);
-    in->remove_prefix(1);
-    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) {
-      *value = result;
-      return true;
-    }
-  }
-  return false;
-}
-
-void PutVarint64(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-uint32_t DecodeFixed32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-void PutFixed32(std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
 
 }  // namespace
 
@@ -133,8 +108,8 @@ class TableParser {
     absl::string_view block = contents_.substr(handle.offset, handle.size);
     const char* trailer = contents_.data() + handle.offset + handle.size;
     const uint8_t type = static_cast<uint8_t>(trailer[0]);
-    const uint32_t stored = UnmaskCrc32c(DecodeFixed32(trailer + 1));
-    const uint32_t actual = Crc32cExtend(Crc32c(block.data(), block.size()), trailer, 1);
+    const uint32_t stored = crc32c::Unmask(DecodeFixed32(trailer + 1));
+    const uint32_t actual = crc32c::Extend(crc32c::Value(block.data(), block.size()), trailer, 1);
     if (stored != actual) return Error("block checksum mismatch", handle.offset);
     if (type == 1) {
       auto decompressed = SnappyDecompress(block);
@@ -268,7 +243,8 @@ void AppendBlock(std::string* file, const std::string& block, BlockHandle* handl
   file->append(block);
   const char type = 0;
   file->push_back(type);
-  PutFixed32(file, MaskCrc32c(Crc32cExtend(Crc32c(block.data(), block.size()), &type, 1)));
+  PutFixed32(file,
+             crc32c::Mask(crc32c::Extend(crc32c::Value(block.data(), block.size()), &type, 1)));
 }
 
 void PutBlockHandle(std::string* out, const BlockHandle& h) {

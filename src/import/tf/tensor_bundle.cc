@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "import/tf/crc32c.h"
 #include "import/tf/table_reader.h"
 #include "import/tf/tensor_proto.h"
+#include "kiln/core/coding.h"
 #include "kiln/core/status.h"
 
 namespace kiln::import::tf {
@@ -100,36 +100,17 @@ absl::StatusOr<const std::string*> BundleReader::Shard(int shard_id) const {
 
 namespace {
 
-bool GetVarint64(absl::string_view* in, uint64_t* value) {
-  uint64_t result = 0;
-  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
-    const uint8_t byte = static_cast<uint8_t>((*in)[0]);
-    in->remove_prefix(1);
-    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) {
-      *value = result;
-      return true;
-    }
-  }
-  return false;
-}
-
-void PutVarint64(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+using coding::GetVarint64;
+using coding::PutVarint64;
 
 // Lengths enter the CRC as uint32 when they fit (TensorFlow keeps that for compatibility),
 // else as uint64.
 uint32_t ExtendLength(uint32_t crc, uint64_t length) {
   if (length <= UINT32_MAX) {
     const uint32_t short_length = static_cast<uint32_t>(length);
-    return Crc32cExtend(crc, &short_length, sizeof(short_length));
+    return crc32c::Extend(crc, &short_length, sizeof(short_length));
   }
-  return Crc32cExtend(crc, &length, sizeof(length));
+  return crc32c::Extend(crc, &length, sizeof(length));
 }
 
 // TensorFlow's string tensor layout in a bundle: a varint64 length per element, a masked
@@ -150,18 +131,18 @@ absl::StatusOr<uint32_t> DecodeStrings(absl::string_view data, int64_t n, std::s
   }
   uint32_t length_checksum;
   std::memcpy(&length_checksum, data.data(), 4);
-  if (length_checksum != MaskCrc32c(crc)) {
+  if (length_checksum != crc32c::Mask(crc)) {
     return absl::DataLossError(
         absl::StrCat("string tensor '", key, "': checksum mismatch in element lengths"));
   }
-  crc = Crc32cExtend(crc, data.data(), 4);
+  crc = crc32c::Extend(crc, data.data(), 4);
   data.remove_prefix(4);
   for (int64_t i = 0; i < n; ++i) {
     if (lengths[i] > data.size()) {
       return absl::DataLossError(absl::StrCat("string tensor '", key, "': truncated element"));
     }
     out[i].assign(data.data(), lengths[i]);
-    crc = Crc32cExtend(crc, data.data(), lengths[i]);
+    crc = crc32c::Extend(crc, data.data(), lengths[i]);
     data.remove_prefix(lengths[i]);
   }
   return crc;
@@ -218,11 +199,11 @@ absl::StatusOr<Tensor> BundleReader::Lookup(const std::string& key) const {
                                shape->ToString(), " needs ", expected));
     }
     if (expected > 0) std::memcpy(tensor.raw_data(), data.data(), expected);
-    crc = Crc32c(data.data(), data.size());
+    crc = crc32c::Value(data.data(), data.size());
   }
-  if (MaskCrc32c(crc) != entry->crc32c()) {
+  if (crc32c::Mask(crc) != entry->crc32c()) {
     return fail(absl::StrFormat("CRC32C mismatch (stored %08x, computed %08x) in %s",
-                                entry->crc32c(), MaskCrc32c(crc),
+                                entry->crc32c(), crc32c::Mask(crc),
                                 BundleShardPath(prefix_, entry->shard_id(), num_shards_)));
   }
   return tensor;
@@ -248,20 +229,20 @@ absl::Status WriteBundle(const std::string& prefix, const std::map<std::string, 
         PutVarint64(&lengths, len);
         crc = ExtendLength(crc, len);
       }
-      const uint32_t length_checksum = MaskCrc32c(crc);
+      const uint32_t length_checksum = crc32c::Mask(crc);
       lengths.append(reinterpret_cast<const char*>(&length_checksum), 4);
-      crc = Crc32cExtend(crc, &length_checksum, 4);
+      crc = crc32c::Extend(crc, &length_checksum, 4);
       data += lengths;
       for (const std::string& s : tensor.span<std::string>()) {
         data += s;
-        crc = Crc32cExtend(crc, s.data(), s.size());
+        crc = crc32c::Extend(crc, s.data(), s.size());
       }
     } else {
       data.append(static_cast<const char*>(tensor.raw_data()), tensor.byte_size());
-      crc = Crc32c(tensor.raw_data(), tensor.byte_size());
+      crc = crc32c::Value(tensor.raw_data(), tensor.byte_size());
     }
     entry.set_size(static_cast<int64_t>(data.size()) - entry.offset());
-    entry.set_crc32c(MaskCrc32c(crc));
+    entry.set_crc32c(crc32c::Mask(crc));
     table[key] = entry.SerializeAsString();
   }
   KILN_RETURN_IF_ERROR(WriteStringToFile(prefix + ".index", WriteLevelDbTable(table)));

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kiln/data/formats/crc32c.h"
+#include "kiln/core/coding.h"
 #include "kiln/data/formats/text_line.h"
 
 namespace kiln::data::formats {
@@ -29,41 +29,6 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;
-}
-
-TEST(Crc32cTest, KnownVectors) {
-  EXPECT_EQ(crc32c::Value("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(crc32c::Value("", 0), 0u);
-  std::string zeros(32, '\0');
-  EXPECT_EQ(crc32c::Value(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4
-  std::string ones(32, '\xff');
-  EXPECT_EQ(crc32c::Value(ones.data(), ones.size()), 0x62A8AB43u);
-  std::string ascending(32, 0);
-  for (int i = 0; i < 32; ++i) ascending[i] = static_cast<char>(i);
-  EXPECT_EQ(crc32c::Value(ascending.data(), ascending.size()), 0x46DD794Eu);
-}
-
-TEST(Crc32cTest, HardwareAndPortableAgreeAtEveryAlignmentAndLength) {
-  std::mt19937 rng(7);
-  std::string data(1000, 0);
-  for (char& c : data) c = static_cast<char>(rng());
-  for (size_t start = 0; start < 9; ++start) {
-    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 500, 991}) {
-      EXPECT_EQ(crc32c::Extend(0, data.data() + start, n),
-                crc32c::ExtendPortable(0, data.data() + start, n));
-    }
-  }
-  // Extend continues a stream.
-  const uint32_t whole = crc32c::Value(data.data(), data.size());
-  EXPECT_EQ(crc32c::Extend(crc32c::Value(data.data(), 333), data.data() + 333, 667), whole);
-}
-
-TEST(Crc32cTest, MaskRoundTripsAndChangesValue) {
-  const uint32_t crc = crc32c::Value("foo", 3);
-  EXPECT_NE(crc32c::Mask(crc), crc);
-  EXPECT_NE(crc32c::Mask(crc32c::Mask(crc)), crc);
-  EXPECT_EQ(crc32c::Unmask(crc32c::Mask(crc)), crc);
-  EXPECT_EQ(crc32c::Unmask(crc32c::Unmask(crc32c::Mask(crc32c::Mask(crc)))), crc);
 }
 
 std::vector<std::string> SampleRecords() {
