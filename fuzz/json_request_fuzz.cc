@@ -9,17 +9,17 @@
 
 namespace {
 
-kiln::runtime::TensorInfo Info(kiln::DType dtype, std::vector<int64_t> shape) {
-  kiln::runtime::TensorInfo info;
+kiln::TensorInfo Info(kiln::DType dtype, std::vector<int64_t> shape) {
+  kiln::TensorInfo info;
   info.dtype = dtype;
   info.rank_known = true;
   info.shape = std::move(shape);
   return info;
 }
 
-const kiln::runtime::SignatureInfo& Single() {
+const kiln::SignatureInfo& Single() {
   static const auto* signature = [] {
-    auto* s = new kiln::runtime::SignatureInfo;
+    auto* s = new kiln::SignatureInfo;
     s->key = "serving_default";
     s->input_keys = {"x"};
     s->inputs["x"] = Info(kiln::DType::kFloat32, {-1, 1});
@@ -28,9 +28,9 @@ const kiln::runtime::SignatureInfo& Single() {
   return *signature;
 }
 
-const kiln::runtime::SignatureInfo& Multi() {
+const kiln::SignatureInfo& Multi() {
   static const auto* signature = [] {
-    auto* s = new kiln::runtime::SignatureInfo;
+    auto* s = new kiln::SignatureInfo;
     s->key = "multi";
     s->input_keys = {"ids", "name", "flag", "small"};
     s->inputs["ids"] = Info(kiln::DType::kInt64, {-1, 2});
@@ -46,8 +46,7 @@ const kiln::runtime::SignatureInfo& Multi() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
-  auto lookup = [](absl::string_view name)
-      -> absl::StatusOr<const kiln::runtime::SignatureInfo*> {
+  auto lookup = [](absl::string_view name) -> absl::StatusOr<const kiln::SignatureInfo*> {
     if (name == "multi") return &Multi();
     return &Single();
   };

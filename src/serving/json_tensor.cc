@@ -288,7 +288,7 @@ absl::Status Fill(const element& e, const std::vector<int64_t>& shape, size_t de
   return absl::OkStatus();
 }
 
-absl::StatusOr<DType> InputDType(const runtime::SignatureInfo& signature, absl::string_view key) {
+absl::StatusOr<DType> InputDType(const SignatureInfo& signature, absl::string_view key) {
   auto it = signature.inputs.find(std::string(key));
   if (it == signature.inputs.end()) {
     std::string known;
@@ -385,7 +385,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
                      "keys exists"
                    : "Missing 'inputs' or 'instances' key");
   }
-  KILN_ASSIGN_OR_RETURN(const runtime::SignatureInfo* signature,
+  KILN_ASSIGN_OR_RETURN(const SignatureInfo* signature,
                         lookup(request.signature_name));
 
   if (has_inputs) {
@@ -811,7 +811,7 @@ void Flatten(const element& e, std::vector<element>* out) {
 }  // namespace
 
 absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
-                                                   const runtime::SignatureInfo& signature) {
+                                                   const SignatureInfo& signature) {
   std::string rewritten;
   KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &rewritten));
   if (doc.type() != element_type::OBJECT) {

@@ -12,24 +12,24 @@ namespace {
 
 using ::testing::HasSubstr;
 
-runtime::TensorInfo Info(DType dtype, std::vector<int64_t> shape) {
-  runtime::TensorInfo info;
+TensorInfo Info(DType dtype, std::vector<int64_t> shape) {
+  TensorInfo info;
   info.dtype = dtype;
   info.rank_known = true;
   info.shape = std::move(shape);
   return info;
 }
 
-runtime::SignatureInfo OneInput(DType dtype, const std::string& key = "x") {
-  runtime::SignatureInfo signature;
+SignatureInfo OneInput(DType dtype, const std::string& key = "x") {
+  SignatureInfo signature;
   signature.key = "serving_default";
   signature.input_keys = {key};
   signature.inputs[key] = Info(dtype, {-1, 1});
   return signature;
 }
 
-SignatureLookup Lookup(const runtime::SignatureInfo& signature) {
-  return [&signature](absl::string_view name) -> absl::StatusOr<const runtime::SignatureInfo*> {
+SignatureLookup Lookup(const SignatureInfo& signature) {
+  return [&signature](absl::string_view name) -> absl::StatusOr<const SignatureInfo*> {
     if (!name.empty() && name != signature.key) {
       return absl::FailedPreconditionError("Serving signature key not found.");
     }
@@ -67,7 +67,7 @@ TEST(JsonTensorTest, RaggedListsAreRejected) {
 }
 
 TEST(JsonTensorTest, NamedMultiInputRows) {
-  runtime::SignatureInfo signature;
+  SignatureInfo signature;
   signature.key = "serving_default";
   signature.input_keys = {"tag", "value"};
   signature.inputs["tag"] = Info(DType::kString, {-1});
@@ -90,7 +90,7 @@ TEST(JsonTensorTest, NamedMultiInputRows) {
 }
 
 TEST(JsonTensorTest, RowsMustNameTheSameInputs) {
-  runtime::SignatureInfo signature;
+  SignatureInfo signature;
   signature.key = "serving_default";
   signature.input_keys = {"a", "b"};
   signature.inputs["a"] = Info(DType::kFloat32, {-1});
@@ -262,7 +262,7 @@ TEST(JsonTensorTest, KServeV2DeclaredShapeMustMatchTheData) {
 // TF Serving (RapidJSON's FindMember) takes the first of duplicated keys; the last would let a
 // proxy that checks the first key and Kiln disagree on what a request asks for.
 TEST(JsonTensorTest, DuplicatedKeysTakeTheFirst) {
-  const runtime::SignatureInfo signature = OneInput(DType::kFloat32);
+  const SignatureInfo signature = OneInput(DType::kFloat32);
   auto columnar = ParsePredictRequest(
       R"({"inputs": {"x": [[1.0]], "x": [[2.0], [3.0]]}, "inputs": {"x": [[9.0]]}})",
       Lookup(signature));

@@ -6,17 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/signature.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::import {
 
-// One input or output of a signature (TF Serving's TensorInfo).
-struct TensorInfo {
-  std::string name;  // the tensor's name in the source model, e.g. "x:0"
-  DType dtype = DType::kInvalid;
-  bool rank_known = false;
-  std::vector<int64_t> shape;  // -1 for an unknown dimension
-};
+// One input or output of a signature (defined below the importers, in core/signature.h).
+using kiln::TensorInfo;
 
 struct SignatureGraph {
   std::string key;          // "serving_default", "classify_x_to_y", ...

@@ -12,22 +12,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kiln/core/signature.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/import/imported_model.h"
 
 namespace kiln::runtime {
 
-using import::TensorInfo;
-
-struct SignatureInfo {
-  std::string key;
-  std::string method_name;
-  std::vector<std::string> input_keys;   // in graph order
-  std::vector<std::string> output_keys;  // in graph order
-  std::map<std::string, TensorInfo> inputs;
-  std::map<std::string, TensorInfo> outputs;
-};
+// Signature metadata lives below the runtime (core/signature.h), so that serving's request
+// codecs use it without the runtime.
+using kiln::SignatureInfo;
+using kiln::TensorInfo;
 
 struct ModelOptions {
   std::string tags = "serve";      // SavedModel MetaGraph tag set, comma-separated

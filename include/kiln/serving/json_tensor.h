@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kiln/core/signature.h"
 #include "kiln/core/tensor.h"
-#include "kiln/runtime/model.h"
 #include "tensorflow/core/example/example.pb.h"
 
 namespace kiln::serving {
@@ -36,8 +36,7 @@ struct PredictJsonRequest {
 };
 
 // Finds the signature the request names (the empty name means the default one).
-using SignatureLookup =
-    std::function<absl::StatusOr<const runtime::SignatureInfo*>(absl::string_view name)>;
+using SignatureLookup = std::function<absl::StatusOr<const SignatureInfo*>(absl::string_view name)>;
 
 // Parses a :predict body. Errors are INVALID_ARGUMENT naming the input and what was wrong.
 absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
@@ -76,7 +75,7 @@ struct V2InferRequest {
   std::vector<std::string> requested_outputs;  // empty: all
 };
 absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
-                                                   const runtime::SignatureInfo& signature);
+                                                   const SignatureInfo& signature);
 // "FP32", "INT64", "BYTES", ... and back.
 absl::string_view V2DatatypeName(DType dtype);
 absl::StatusOr<DType> V2DatatypeFromName(absl::string_view name);
