@@ -170,7 +170,7 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
         for (const auto& [name, info] : *side) {
           auto& wire = (*out)[name];
           wire.set_name(info.name);
-          wire.set_dtype(DTypeToProto(info.dtype));
+          wire.set_dtype(ToTfDataType(info.dtype));
           ShapeToProto(info.rank_known, info.shape, wire.mutable_tensor_shape());
         }
       }

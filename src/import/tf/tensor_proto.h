@@ -1,36 +1,18 @@
-// Conversions between TensorFlow's wire types (DataType, TensorShapeProto, TensorProto) and
-// Kiln's DType, shapes and Tensor.
+// The importer's names for the TensorProto codec of kiln_formats (one codec, shared with
+// serving; see kiln/data/formats/tensor_proto.h for the rules each function follows).
 #pragma once
 
-#include <string>
-#include <vector>
-
-#include "absl/status/statusor.h"
-#include "kiln/core/tensor.h"
-#include "tensorflow/core/framework/tensor.pb.h"
-#include "tensorflow/core/framework/tensor_shape.pb.h"
-#include "tensorflow/core/framework/types.pb.h"
+#include "kiln/data/formats/tensor_proto.h"
 
 namespace kiln::import::tf {
 
-// DT_FLOAT -> kFloat32 etc.; reference types (DT_FLOAT_REF) map like their base type.
-// Unsupported types (complex, quantized, resource, variant) give Unimplemented naming them.
-absl::StatusOr<DType> FromTfDataType(int tf_dtype);
-tensorflow::DataType ToTfDataType(DType dtype);
-std::string TfDataTypeName(int tf_dtype);  // "DT_FLOAT", "DT_RESOURCE", "DT_UNKNOWN(77)"
-
-struct PartialShape {
-  bool rank_known = false;
-  std::vector<int64_t> dims;  // -1 for unknown
-};
-PartialShape FromTfShape(const tensorflow::TensorShapeProto& shape);
-// Fails when the shape has an unknown rank or dimension.
-absl::StatusOr<Shape> FullyDefinedShape(const tensorflow::TensorShapeProto& shape);
-
-// TensorFlow's rules: the bytes come from tensor_content when set, else from the typed
-// repeated field; a typed field with fewer values than elements repeats its last value
-// (and an empty one gives zeros).
-absl::StatusOr<Tensor> FromTensorProto(const tensorflow::TensorProto& proto);
-tensorflow::TensorProto ToTensorProto(const Tensor& tensor);
+using data::formats::FromTensorProto;
+using data::formats::FromTfDataType;
+using data::formats::FromTfShape;
+using data::formats::FullyDefinedShape;
+using data::formats::PartialShape;
+using data::formats::TfDataTypeName;
+using data::formats::ToTensorProto;
+using data::formats::ToTfDataType;
 
 }  // namespace kiln::import::tf
