@@ -232,6 +232,17 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
   return future.get();
 }
 
+Batcher::QueueDepth Batcher::Depth() {
+  std::lock_guard<std::mutex> lock(mu_);
+  QueueDepth depth;
+  for (const Batch& batch : queue_) {
+    ++depth.batches;
+    depth.requests += static_cast<int64_t>(batch.tasks.size());
+    depth.rows += batch.rows;
+  }
+  return depth;
+}
+
 void Batcher::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

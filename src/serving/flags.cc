@@ -197,6 +197,25 @@ absl::StatusOr<ServeFlags> ParseServeFlags(const std::vector<std::string>& args)
   return flags;
 }
 
+namespace {
+
+std::string FlagValueText(const FlagSpec& spec) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return *p ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return absl::StrCat("\"", *p, "\"");
+        } else {
+          return absl::StrCat(*p);
+        }
+      },
+      spec.target);
+}
+
+}  // namespace
+
 std::string ServeUsage() {
   ServeFlags defaults;
   std::string out =
@@ -204,19 +223,20 @@ std::string ServeUsage() {
       "Serves SavedModels and ONNX models with TensorFlow Serving's gRPC and REST APIs.\n\n"
       "Flags:\n";
   for (const FlagSpec& spec : FlagTable(&defaults)) {
-    std::string value = std::visit(
-        [](auto* p) -> std::string {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, bool>) {
-            return *p ? "true" : "false";
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            return absl::StrCat("\"", *p, "\"");
-          } else {
-            return absl::StrCat(*p);
-          }
-        },
-        spec.target);
-    absl::StrAppend(&out, "  --", spec.name, "=", value, "\n      ", spec.help, "\n");
+    absl::StrAppend(&out, "  --", spec.name, "=", FlagValueText(spec), "\n      ", spec.help, "\n");
+  }
+  return out;
+}
+
+std::vector<ServeFlagValue> ServeFlagValues(const ServeFlags& flags) {
+  ServeFlags copy = flags;
+  ServeFlags defaults;
+  const std::vector<FlagSpec> table = FlagTable(&copy);
+  const std::vector<FlagSpec> default_table = FlagTable(&defaults);
+  std::vector<ServeFlagValue> out;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::string value = FlagValueText(table[i]);
+    out.push_back({table[i].name, value, value != FlagValueText(default_table[i])});
   }
   return out;
 }

@@ -82,6 +82,16 @@ uint64_t MetricFamily::Count(const std::vector<std::string>& label_values) const
   return it == series_.end() ? 0 : it->second.count;
 }
 
+std::vector<MetricFamily::SeriesSnapshot> MetricFamily::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SeriesSnapshot> out;
+  out.reserve(series_.size());
+  for (const auto& [values, series] : series_) {
+    out.push_back({values, series.value, series.count, series.bucket_counts});
+  }
+  return out;
+}
+
 void MetricFamily::AppendPrometheus(std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ",

@@ -25,6 +25,7 @@
 #include "kiln/serving/http_server.h"
 #include "kiln/serving/rest_handler.h"
 #include "kiln/serving/server_core.h"
+#include "kiln/serving/status_page.h"
 #include "tensorflow_serving/config/monitoring_config.pb.h"
 
 namespace kiln::serving {
@@ -183,6 +184,14 @@ int RunServer(const ServeFlags& flags) {
                grpc_port);
 
   RestHandler rest_handler(core.get(), &metrics, metrics_path);
+  // Set at SIGTERM/SIGINT: from then on readiness is false (see kShutdownGraceSeconds).
+  std::atomic<bool> draining{false};
+  StatusPageOptions page_options;
+  page_options.version = kServerVersion;
+  page_options.flags = ServeFlagValues(flags);
+  page_options.allow_compression = flags.allow_compression;
+  page_options.batching = flags.enable_batching;
+  StatusPage status_page(core.get(), &metrics, std::move(page_options), &draining);
   std::unique_ptr<HttpServer> http_server;
   if (flags.rest_api_port > 0) {
     HttpServerOptions http_options;
@@ -193,7 +202,16 @@ int RunServer(const ServeFlags& flags) {
                                    : 4 * std::max(1u, std::thread::hardware_concurrency());
     http_options.timeout_ms = flags.rest_api_timeout_in_ms;
     http_options.max_body_bytes = static_cast<size_t>(flags.rest_api_max_body_bytes);
-    auto started = HttpServer::Start(http_options, [&rest_handler](const HttpRequest& request) {
+    auto started = HttpServer::Start(http_options, [&](const HttpRequest& request) {
+      if (StatusPage::Serves(request)) return status_page.Handle(request);
+      if (draining.load() && request.method == "GET" &&
+          absl::string_view(request.target).substr(0, request.target.find('?')) ==
+              "/v2/health/ready") {
+        HttpResponse response;
+        response.status = 503;
+        response.body = "{\"ready\": false}";
+        return response;
+      }
       return rest_handler.Handle(request);
     });
     if (!started.ok()) {
@@ -231,7 +249,12 @@ int RunServer(const ServeFlags& flags) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "kiln serve: received signal %d, shutting down\n", signal_number);
+  // Readiness turns false before anything stops, so that a probe answered from here on sends
+  // no more traffic here while requests in flight finish.
+  draining = true;
+  std::fprintf(stderr, "kiln serve: received signal %d, draining (up to %d s)\n", signal_number,
+               kShutdownGraceSeconds);
+  std::fflush(stderr);
   {
     std::lock_guard<std::mutex> lock(config_mu);
     stopping = true;
@@ -239,7 +262,7 @@ int RunServer(const ServeFlags& flags) {
   config_cv.notify_all();
   if (config_thread.joinable()) config_thread.join();
   // Both front ends stop accepting at once, then let what is in flight finish.
-  const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(kShutdownGraceSeconds);
   std::atomic<bool> grpc_stopping{false}, grpc_stopped{false};
   std::thread grpc_stopper([&] {
     grpc_stopping = true;
@@ -263,7 +286,7 @@ int RunServer(const ServeFlags& flags) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  if (http_server != nullptr) http_server->Shutdown(10000);
+  if (http_server != nullptr) http_server->Shutdown(kShutdownGraceSeconds * 1000);
   grpc_stopper.join();
   idle_closer.join();
   core->Stop();

@@ -132,6 +132,15 @@ absl::StatusOr<std::map<std::string, Tensor>> ServableVersion::Run(
   return batcher->Run(std::move(inputs));
 }
 
+std::vector<ServableVersion::BatchQueue> ServableVersion::BatchQueues() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<BatchQueue> out;
+  for (const auto& [key, batcher] : batchers_) {
+    out.push_back({key.first, key.second, batcher->Depth()});
+  }
+  return out;
+}
+
 absl::StatusOr<ModelServerConfig> ReadModelServerConfig(const std::string& path) {
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read model config file ", path));

@@ -20,7 +20,7 @@ int RunServeCommand(const std::vector<std::string>& args) {
     return 0;
   }
   if (flags->version) {
-    std::printf("TensorFlow ModelServer: kiln\nTensorFlow Library: none (kiln runtime)\n");
+    std::printf("%s\n", kiln::serving::kServerVersion);
     return 0;
   }
   return kiln::serving::RunServer(*flags);

@@ -62,6 +62,15 @@ class Batcher {
 
   const BatchingOptions& options() const { return options_; }
 
+  // What waits in the queue now (batches not yet taken by a batch thread); the status page
+  // shows it.
+  struct QueueDepth {
+    int64_t batches = 0;
+    int64_t requests = 0;
+    int64_t rows = 0;
+  };
+  QueueDepth Depth();
+
  private:
   struct Task;
   struct Batch {

@@ -30,6 +30,16 @@ class MetricFamily {
   void AppendPrometheus(std::string* out) const;
   bool is_histogram() const { return !buckets_.empty(); }
 
+  // A copy of every series (the status page reads the counters Prometheus exports).
+  struct SeriesSnapshot {
+    std::vector<std::string> label_values;
+    double value = 0;  // counter value or histogram sum
+    uint64_t count = 0;
+    std::vector<uint64_t> bucket_counts;  // per bucket (not cumulative), then +Inf
+  };
+  std::vector<SeriesSnapshot> Snapshot() const;
+  const std::vector<double>& buckets() const { return buckets_; }
+
  private:
   struct Series {
     double value = 0;  // counter value or histogram sum

@@ -57,6 +57,26 @@ struct ServeFlags {
 absl::StatusOr<ServeFlags> ParseServeFlags(const std::vector<std::string>& args);
 std::string ServeUsage();
 
+// Every flag with its value as `--help` writes it (strings quoted), for the status page.
+struct ServeFlagValue {
+  std::string name;
+  std::string value;
+  bool changed = false;  // differs from the default
+};
+std::vector<ServeFlagValue> ServeFlagValues(const ServeFlags& flags);
+
+// What `--version` prints (the status page shows it too).
+inline constexpr char kServerVersion[] =
+    "TensorFlow ModelServer: kiln\nTensorFlow Library: none (kiln runtime)";
+
+// How long requests in flight may take to finish after SIGTERM or SIGINT. The drain: at the
+// signal /v2/health/ready answers 503, both front ends stop accepting connections (the REST
+// listener is shut at once, so a load balancer's new connections are refused and go to
+// another replica), replies to requests still arriving on open connections close those
+// connections, and requests in flight get up to this long before the process exits.
+// deploy/k8s sizes terminationGracePeriodSeconds from it (tests/deploy checks that).
+inline constexpr int kShutdownGraceSeconds = 10;
+
 // Runs the server until SIGTERM or SIGINT; returns the process exit code.
 int RunServer(const ServeFlags& flags);
 

@@ -58,6 +58,14 @@ class ServableVersion {
                                                     std::map<std::string, Tensor> inputs,
                                                     const std::string& api = "Predict") const;
 
+  // The batch queues opened so far (one per signature and API; none without batching).
+  struct BatchQueue {
+    std::string signature;
+    std::string api;
+    Batcher::QueueDepth depth;
+  };
+  std::vector<BatchQueue> BatchQueues() const;
+
  private:
   const std::string name_;
   const int64_t version_;
