@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/graph.h"
+#include "kiln/ir/onnx_types.h"
 
 namespace kiln::ir {
 namespace {
@@ -80,26 +81,6 @@ std::optional<std::vector<int64_t>> ConstantInts(const Graph& g, const Node& n, 
     return std::nullopt;
   }
   return v;
-}
-
-DType DTypeFromOnnxCode(int64_t code) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 4: return DType::kUInt16;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 8: return DType::kString;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 12: return DType::kUInt32;
-    case 13: return DType::kUInt64;
-    case 16: return DType::kBFloat16;
-    default: return DType::kInvalid;
-  }
 }
 
 const absl::flat_hash_map<std::string, Rule>& Rules() {

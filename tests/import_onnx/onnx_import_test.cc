@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/import/onnx.h"
+#include "kiln/ir/onnx_types.h"
 #include "onnx/onnx.pb.h"
 
 namespace kiln::import {
@@ -243,6 +244,31 @@ TEST(OnnxImport, InitializersOfEveryDtypeInTypedFieldsAndRawData) {
   EXPECT_EQ(get("raw_i64").data<int64_t>()[2], 30);
   EXPECT_EQ(static_cast<float>(get("raw_f16").data<Float16>()[1]), 0.5f);
   EXPECT_EQ(get("f64").dtype(), DType::kFloat64);
+}
+
+// ir/onnx_types.h writes ONNX's element-type codes as numbers (ir does not depend on the
+// protos); they must be onnx.proto's, both ways, for every DType.
+TEST(OnnxImport, IrElementTypeCodesAreOnnxProtos) {
+  using ::onnx::TensorProto;
+  const std::pair<DType, TensorProto::DataType> expected[] = {
+      {DType::kFloat32, TensorProto::FLOAT},  {DType::kUInt8, TensorProto::UINT8},
+      {DType::kInt8, TensorProto::INT8},      {DType::kUInt16, TensorProto::UINT16},
+      {DType::kInt16, TensorProto::INT16},    {DType::kInt32, TensorProto::INT32},
+      {DType::kInt64, TensorProto::INT64},    {DType::kString, TensorProto::STRING},
+      {DType::kBool, TensorProto::BOOL},      {DType::kFloat16, TensorProto::FLOAT16},
+      {DType::kFloat64, TensorProto::DOUBLE}, {DType::kUInt32, TensorProto::UINT32},
+      {DType::kUInt64, TensorProto::UINT64},  {DType::kBFloat16, TensorProto::BFLOAT16},
+  };
+  for (const auto& [dtype, code] : expected) {
+    EXPECT_EQ(ir::OnnxCodeFromDType(dtype), code) << DTypeName(dtype);
+    EXPECT_EQ(ir::DTypeFromOnnxCode(code), dtype) << TensorProto::DataType_Name(code);
+  }
+  EXPECT_EQ(ir::OnnxCodeFromDType(DType::kInvalid), TensorProto::UNDEFINED);
+  for (TensorProto::DataType unsupported :
+       {TensorProto::UNDEFINED, TensorProto::COMPLEX64, TensorProto::COMPLEX128}) {
+    EXPECT_EQ(ir::DTypeFromOnnxCode(unsupported), DType::kInvalid);
+  }
+  EXPECT_EQ(ir::DTypeFromOnnxCode(-1), DType::kInvalid);
 }
 
 TEST(OnnxImport, RawDataOfWrongSizeNamesTheTensor) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/import/onnx.h"
+#include "kiln/ir/onnx_types.h"
 #include "import/onnx/onnx_internal.h"
 
 namespace kiln::import::onnx_internal {
@@ -121,47 +122,13 @@ int64_t TypedFieldSize(const TensorProto& proto, DType dtype) {
 }  // namespace
 
 absl::StatusOr<DType> DTypeFromOnnx(int32_t onnx_type) {
-  switch (onnx_type) {
-    case TensorProto::FLOAT: return DType::kFloat32;
-    case TensorProto::UINT8: return DType::kUInt8;
-    case TensorProto::INT8: return DType::kInt8;
-    case TensorProto::UINT16: return DType::kUInt16;
-    case TensorProto::INT16: return DType::kInt16;
-    case TensorProto::INT32: return DType::kInt32;
-    case TensorProto::INT64: return DType::kInt64;
-    case TensorProto::STRING: return DType::kString;
-    case TensorProto::BOOL: return DType::kBool;
-    case TensorProto::FLOAT16: return DType::kFloat16;
-    case TensorProto::DOUBLE: return DType::kFloat64;
-    case TensorProto::UINT32: return DType::kUInt32;
-    case TensorProto::UINT64: return DType::kUInt64;
-    case TensorProto::BFLOAT16: return DType::kBFloat16;
-    default: break;
-  }
+  const DType dtype = ir::DTypeFromOnnxCode(onnx_type);
+  if (dtype != DType::kInvalid) return dtype;
   return absl::UnimplementedError(
       absl::StrCat("ONNX element type ", OnnxTypeName(onnx_type), " is not supported"));
 }
 
-int32_t OnnxFromDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return TensorProto::FLOAT;
-    case DType::kUInt8: return TensorProto::UINT8;
-    case DType::kInt8: return TensorProto::INT8;
-    case DType::kUInt16: return TensorProto::UINT16;
-    case DType::kInt16: return TensorProto::INT16;
-    case DType::kInt32: return TensorProto::INT32;
-    case DType::kInt64: return TensorProto::INT64;
-    case DType::kString: return TensorProto::STRING;
-    case DType::kBool: return TensorProto::BOOL;
-    case DType::kFloat16: return TensorProto::FLOAT16;
-    case DType::kFloat64: return TensorProto::DOUBLE;
-    case DType::kUInt32: return TensorProto::UINT32;
-    case DType::kUInt64: return TensorProto::UINT64;
-    case DType::kBFloat16: return TensorProto::BFLOAT16;
-    case DType::kInvalid: break;
-  }
-  return TensorProto::UNDEFINED;
-}
+int32_t OnnxFromDType(DType dtype) { return ir::OnnxCodeFromDType(dtype); }
 
 std::string OnnxTypeName(int32_t onnx_type) {
   if (TensorProto::DataType_IsValid(onnx_type)) {

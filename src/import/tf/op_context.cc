@@ -5,28 +5,11 @@
 #include "import/tf/converter.h"
 #include "import/tf/tensor_proto.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/onnx_types.h"
 
 namespace kiln::import::tf {
 
-int64_t OnnxDataType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 1;
-    case DType::kUInt8: return 2;
-    case DType::kInt8: return 3;
-    case DType::kUInt16: return 4;
-    case DType::kInt16: return 5;
-    case DType::kInt32: return 6;
-    case DType::kInt64: return 7;
-    case DType::kString: return 8;
-    case DType::kBool: return 9;
-    case DType::kFloat16: return 10;
-    case DType::kFloat64: return 11;
-    case DType::kUInt32: return 12;
-    case DType::kUInt64: return 13;
-    case DType::kBFloat16: return 16;
-    default: return 0;
-  }
-}
+int64_t OnnxDataType(DType dtype) { return ir::OnnxCodeFromDType(dtype); }
 
 absl::StatusOr<int> FlatOutputIndex(const tensorflow::NodeDef& node, const std::string& arg,
                                     int index) {

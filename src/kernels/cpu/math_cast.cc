@@ -17,6 +17,7 @@
 
 #include "absl/strings/ascii.h"
 #include "kernels/cpu/math_common.h"
+#include "kiln/ir/onnx_types.h"
 
 namespace kiln::kernels::math {
 namespace {
@@ -178,29 +179,8 @@ class CastKernel : public MathKernel {
   CastKernel(const ir::Node& node, bool like) : MathKernel(node), like_(like) {
     if (!like_) {
       const int64_t to = node.GetInt("to", -1);
-      to_ = OnnxToDType(to);
+      to_ = ir::DTypeFromOnnxCode(to);
       if (to_ == DType::kInvalid) SetAttrError(Error("attribute 'to' = ", to, " is not a supported ONNX dtype"));
-    }
-  }
-
-  // ONNX TensorProto.DataType codes.
-  static DType OnnxToDType(int64_t code) {
-    switch (code) {
-      case 1: return DType::kFloat32;
-      case 2: return DType::kUInt8;
-      case 3: return DType::kInt8;
-      case 4: return DType::kUInt16;
-      case 5: return DType::kInt16;
-      case 6: return DType::kInt32;
-      case 7: return DType::kInt64;
-      case 8: return DType::kString;
-      case 9: return DType::kBool;
-      case 10: return DType::kFloat16;
-      case 11: return DType::kFloat64;
-      case 12: return DType::kUInt32;
-      case 13: return DType::kUInt64;
-      case 16: return DType::kBFloat16;
-      default: return DType::kInvalid;
     }
   }
 

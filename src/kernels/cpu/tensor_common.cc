@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kiln/ir/onnx_types.h"
+
 namespace kiln::kernels::tensor_ops {
 
 absl::StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t, absl::string_view what) {
@@ -119,23 +121,11 @@ void WriteInts(Tensor& out, absl::Span<const int64_t> values) {
 }
 
 absl::StatusOr<DType> DTypeFromOnnx(int64_t v) {
-  switch (v) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 4: return DType::kUInt16;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 8: return DType::kString;
-    case 9: return DType::kBool;
-    case 10: return DType::kFloat16;
-    case 11: return DType::kFloat64;
-    case 12: return DType::kUInt32;
-    case 13: return DType::kUInt64;
-    case 16: return DType::kBFloat16;
-    default: return absl::InvalidArgumentError(absl::StrCat("unsupported ONNX dtype ", v));
+  const DType dtype = ir::DTypeFromOnnxCode(v);
+  if (dtype == DType::kInvalid) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported ONNX dtype ", v));
   }
+  return dtype;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/data/formats/example.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/onnx_types.h"
 #include "kiln/kernels/kernel.h"
 
 namespace kiln::kernels {
@@ -16,13 +17,12 @@ namespace {
 using data::formats::ExampleSpec;
 using data::formats::FeatureSpec;
 
+// tf.Example holds floats, int64s and bytes only: other dtypes are kInvalid (refused).
 DType FromOnnx(int64_t t) {
-  switch (t) {
-    case 1: return DType::kFloat32;
-    case 7: return DType::kInt64;
-    case 8: return DType::kString;
-    default: return DType::kInvalid;
-  }
+  const DType dtype = ir::DTypeFromOnnxCode(t);
+  return dtype == DType::kFloat32 || dtype == DType::kInt64 || dtype == DType::kString
+             ? dtype
+             : DType::kInvalid;
 }
 
 class ParseExampleKernel : public OpKernel {

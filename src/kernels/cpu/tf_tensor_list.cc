@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/onnx_types.h"
 #include "kiln/kernels/kernel.h"
 
 namespace kiln::kernels {
@@ -53,14 +54,17 @@ class TensorListReserveKernel : public OpKernel {
     return absl::OkStatus();
   }
 
+  // The element dtypes TensorList kernels support; others are kInvalid (refused).
   static DType FromOnnx(int64_t t) {
-    switch (t) {
-      case 1: return DType::kFloat32;
-      case 6: return DType::kInt32;
-      case 7: return DType::kInt64;
-      case 9: return DType::kBool;
-      case 11: return DType::kFloat64;
-      case 8: return DType::kString;
+    const DType dtype = ir::DTypeFromOnnxCode(t);
+    switch (dtype) {
+      case DType::kFloat32:
+      case DType::kInt32:
+      case DType::kInt64:
+      case DType::kBool:
+      case DType::kFloat64:
+      case DType::kString:
+        return dtype;
       default: return DType::kInvalid;
     }
   }
