@@ -10,6 +10,7 @@
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/memory_planner.h"
+#include "kiln/ir/op_traits.h"
 
 namespace kiln::exec {
 
@@ -28,27 +29,9 @@ enum class SlotKind : uint8_t {
   kDynamic,     // shape known only when the producing kernel runs
 };
 
-// Operators whose results differ between runs: never evaluated at compile time.
-bool IsNondeterministic(const ir::Node& node) {
-  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform",
-                                            "RandomNormalLike", "RandomUniformLike",
-                                            "Multinomial", "Bernoulli"};
-  return ops.count(node.op) > 0;
-}
-
 // Operators that read only their input's shape, so they fold once shapes are known.
 bool ReadsOnlyShape(const ir::Node& node) {
   return node.domain.empty() && (node.op == "Shape" || node.op == "Size");
-}
-
-bool HasSubgraphs(const ir::Node& node) {
-  for (const auto& [key, attr] : node.attrs) {
-    if (std::holds_alternative<ir::GraphPtr>(attr) ||
-        std::holds_alternative<std::vector<ir::GraphPtr>>(attr)) {
-      return true;
-    }
-  }
-  return false;
 }
 
 std::string DescribeInputs(const std::vector<kernels::InputInfo>& infos) {
@@ -289,7 +272,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     step.node = &node;
     step.inputs = node.inputs;
     step.captured = ir::CapturedValues(graph, node);
-    step.has_subgraphs = HasSubgraphs(node);
+    step.has_subgraphs = ir::HasSubgraph(node);
     bool shapes_known = true;
     bool all_constant = true;
     std::vector<kernels::InputInfo> infos(node.inputs.size());
@@ -372,7 +355,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     }
 
     const bool foldable = options_.fold_constants && shapes_known && !step.has_subgraphs &&
-                          !IsNondeterministic(node) &&
+                          !ir::IsNondeterministic(node) &&
                           (all_constant || (ReadsOnlyShape(node) && node.inputs.size() == 1));
     if (foldable) {
       // Evaluate now; Shape/Size see a tensor that has the shape but no memory.

@@ -1,8 +1,7 @@
 // The always-on cleanup passes: constant folding and dead-code elimination.
-#include <set>
-
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -12,28 +11,11 @@ namespace {
 // ConstantOfShape of a large shape would bloat the model for no speed gain.
 constexpr size_t kMaxFoldedBytes = 64 << 20;
 
-bool HasSubgraph(const ir::Node& node) {
-  for (const auto& [key, attr] : node.attrs) {
-    if (std::holds_alternative<ir::GraphPtr>(attr) ||
-        std::holds_alternative<std::vector<ir::GraphPtr>>(attr)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool IsNondeterministic(const ir::Node& node) {
-  static const std::set<std::string> ops = {"RandomNormal", "RandomUniform",
-                                            "RandomNormalLike", "RandomUniformLike",
-                                            "Multinomial", "Bernoulli"};
-  return ops.count(node.op) > 0;
-}
-
 absl::Status ConstantFolding(ir::Graph& graph, PassContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::vector<ir::NodeId> order, graph.TopologicalOrder());
   for (ir::NodeId id : order) {
     ir::Node& node = graph.node(id);
-    if (node.removed || HasSubgraph(node) || IsNondeterministic(node)) continue;
+    if (node.removed || ir::HasSubgraph(node) || ir::IsNondeterministic(node)) continue;
     bool all_constant = true;
     std::vector<Tensor> inputs;
     for (ir::ValueId v : node.inputs) {

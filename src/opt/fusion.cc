@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/op_traits.h"
 #include "kiln/kernels/fused_elementwise.h"
 #include "kiln/kernels/fused_post_ops.h"
 #include "kiln/opt/pass.h"
@@ -834,8 +835,8 @@ bool SameComputation(const Node& a, const Node& b) {
 }  // namespace
 
 // Common-subexpression elimination: two nodes with the same operator, attributes and inputs
-// compute the same values (operators here are pure, except the random ones), so the later
-// node's outputs are replaced by the earlier node's.
+// compute the same values unless they draw random numbers or run subgraphs (ir/op_traits.h),
+// so the later node's outputs are replaced by the earlier node's.
 absl::StatusOr<std::string> EliminateCommonSubexpressions(Graph& g) {
   KILN_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.TopologicalOrder());
   std::map<std::tuple<std::string, std::string, std::vector<ValueId>>, std::vector<NodeId>> seen;
@@ -843,13 +844,7 @@ absl::StatusOr<std::string> EliminateCommonSubexpressions(Graph& g) {
   int merged = 0;
   for (NodeId id : order) {
     Node& n = g.node(id);
-    if (n.op.find("Random") != std::string::npos || n.op == "Multinomial") continue;
-    bool has_subgraph = false;
-    for (const auto& [k, v] : n.attrs) {
-      has_subgraph = has_subgraph || std::holds_alternative<ir::GraphPtr>(v) ||
-                     std::holds_alternative<std::vector<ir::GraphPtr>>(v);
-    }
-    if (has_subgraph) continue;
+    if (ir::IsNondeterministic(n) || ir::HasSubgraph(n)) continue;
     auto& candidates = seen[{n.domain, n.op, n.inputs}];
     NodeId twin = kNoNode;
     for (NodeId c : candidates) {

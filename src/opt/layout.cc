@@ -13,9 +13,9 @@
 // leaves a stale layout.
 #include <set>
 #include <string>
-#include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -67,13 +67,7 @@ int ResidualIndex(const Node& n) {
 bool HasSubgraphs(const Graph& g) {
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
-    if (n.removed) continue;
-    for (const auto& [key, attr] : n.attrs) {
-      if (std::holds_alternative<ir::GraphPtr>(attr) ||
-          std::holds_alternative<std::vector<ir::GraphPtr>>(attr)) {
-        return true;
-      }
-    }
+    if (!n.removed && ir::HasSubgraph(n)) return true;
   }
   return false;
 }

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kiln/ir/op_traits.h"
+
 namespace kiln::ir {
 namespace {
 
@@ -214,6 +216,13 @@ TEST(ShapeInferenceTest, UnknownOpsStayUnknown) {
   const NodeId n = g.AddNode("SomethingNew", {a}, 1, {}, "", "custom");
   ASSERT_TRUE(InferShapes(g).ok());
   EXPECT_FALSE(g.value(g.node(n).outputs[0]).type.rank_known);
+}
+
+TEST(OpTraitsTest, RandomOperatorsAreNondeterministicInTheirDomain) {
+  EXPECT_TRUE(TraitsOf("", "Bernoulli").nondeterministic);
+  EXPECT_TRUE(TraitsOf("kiln", "RandomUniform").nondeterministic);
+  EXPECT_FALSE(TraitsOf("", "Relu").nondeterministic);
+  EXPECT_FALSE(TraitsOf("custom", "Bernoulli").nondeterministic);
 }
 
 }  // namespace

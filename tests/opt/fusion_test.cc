@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/exec/plan.h"
+#include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -144,6 +145,38 @@ TEST(FusionTest, CancellingTransposesAndDuplicatesDisappear) {
   const auto ops = LiveOps(opt);
   EXPECT_EQ(ops.count("Transpose"), 0u) << opt.ToString();
   EXPECT_LE(ops.size(), 2u) << opt.ToString();
+}
+
+// Two draws are two random tensors, however alike the nodes look: CSE once merged two
+// Bernoulli nodes (its own list of random operators missed it) while constant folding and the
+// plan compiler, which had a third list, protected them.
+TEST(FusionTest, RandomNodesAreNeverMerged) {
+  const std::pair<const char*, const char*> random_ops[] = {
+      {"", "Bernoulli"},        {"", "Multinomial"},       {"", "RandomUniformLike"},
+      {"", "RandomNormalLike"}, {"kiln", "RandomUniform"},
+  };
+  for (const auto& [domain, op] : random_ops) {
+    ASSERT_TRUE(ir::TraitsOf(domain, op).nondeterministic) << domain << "::" << op;
+    Graph g;
+    const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 3}));
+    g.inputs = {x};
+    const ValueId a = Op(g, op, {x}, {{"seed", 1.0f}});
+    const ValueId b = Op(g, op, {x}, {{"seed", 1.0f}});
+    for (ir::Node& n : g.nodes()) n.domain = domain;
+    g.outputs = {Op(g, "Sub", {a, b})};
+    auto merged = EliminateCommonSubexpressions(g);
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    EXPECT_EQ(*merged, "") << op;
+    EXPECT_EQ(LiveOps(g).count(op), 2u) << g.ToString();
+  }
+  // The same graph with a deterministic operator is merged: the check above can fail.
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 3}));
+  g.inputs = {x};
+  g.outputs = {Op(g, "Sub", {Op(g, "Exp", {x}), Op(g, "Exp", {x})})};
+  auto merged = EliminateCommonSubexpressions(g);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(*merged, "merged 1 duplicate nodes");
 }
 
 TEST(FusionTest, SharedIntermediateIsNotFused) {
