@@ -1,5 +1,6 @@
 // Shared pieces of the math kernels (elementwise, activations, softmax, reductions): the
-// kernel base with node-naming errors, numpy broadcasting as a run iterator, dtype helpers.
+// kernel base with node-naming errors (kernel_base.h), numpy broadcasting as a run iterator,
+// dtype helpers.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/ir/graph.h"
 #include "kiln/kernels/kernel.h"
+#include "kernels/cpu/kernel_base.h"
 #include "kernels/cpu/simd/ops.h"
 
 namespace kiln::kernels::math {
@@ -29,25 +31,7 @@ using Dims = absl::InlinedVector<int64_t, 8>;
 inline constexpr int64_t kParallelGrain = 16384;
 inline constexpr int64_t kParallelGrainHeavy = 4096;  // transcendental ops
 
-class MathKernel : public OpKernel {
- protected:
-  explicit MathKernel(const ir::Node& node) : where_(node.Describe()) {}
-
-  template <typename... Args>
-  absl::Status Error(const Args&... args) const {
-    return absl::InvalidArgumentError(absl::StrCat(where_, ": ", args...));
-  }
-  // Constructors cannot fail: the first attribute error is kept and Prepare returns it.
-  void SetAttrError(absl::Status status) {
-    if (attr_status_.ok()) attr_status_ = std::move(status);
-  }
-  const absl::Status& attr_status() const { return attr_status_; }
-  const std::string& where() const { return where_; }
-
- private:
-  std::string where_;
-  absl::Status attr_status_;
-};
+using MathKernel = NodeKernel;
 
 // dtype classes ---------------------------------------------------------------------------
 inline bool IsFloat(DType d) {

@@ -19,31 +19,13 @@
 #include "kiln/core/tensor.h"
 #include "kiln/ir/graph.h"
 #include "kiln/kernels/kernel.h"
+#include "kernels/cpu/kernel_base.h"
 
 namespace kiln::kernels::tensor_ops {
 
 using Dims = absl::InlinedVector<int64_t, 8>;
 
-// Base for the kernels here: keeps the node's description for error messages and the
-// first attribute error (constructors cannot fail; Prepare reports it).
-class TensorKernel : public OpKernel {
- protected:
-  explicit TensorKernel(const ir::Node& node) : where_(node.Describe()) {}
-
-  template <typename... Args>
-  absl::Status Error(const Args&... args) const {
-    return absl::InvalidArgumentError(absl::StrCat(where_, ": ", args...));
-  }
-  void SetAttrError(absl::Status status) {
-    if (attr_status_.ok()) attr_status_ = std::move(status);
-  }
-  const absl::Status& attr_status() const { return attr_status_; }
-  const std::string& where() const { return where_; }
-
- private:
-  std::string where_;
-  absl::Status attr_status_;
-};
+using TensorKernel = NodeKernel;  // kernel_base.h
 
 // Integer values of an int32/int64 (or other integer) tensor, as int64.
 absl::StatusOr<std::vector<int64_t>> ReadInts(const Tensor& t, absl::string_view what);
