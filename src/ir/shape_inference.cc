@@ -3,11 +3,13 @@
 // later by the kernels' Prepare when a plan is compiled, so this only serves the optimizer
 // and the printer.
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/conv_geometry.h"
 #include "kiln/ir/graph.h"
 #include "kiln/ir/onnx_types.h"
 
@@ -149,26 +151,21 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
       const std::vector<int64_t> strides = n.GetInts("strides", std::vector<int64_t>(spatial, 1));
       const std::vector<int64_t> dil = n.GetInts("dilations", std::vector<int64_t>(spatial, 1));
       const std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
-      const std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+      const std::optional<AutoPad> auto_pad = ParseAutoPad(n.GetString("auto_pad", "NOTSET"));
       for (int i = 0; i < spatial; ++i) {
         const Dim& in = x->dims[2 + i];
         int64_t k = i < static_cast<int>(kernel.size()) ? kernel[i]
                     : w->dims[2 + i].is_known() ? w->dims[2 + i].value : -1;
-        if (!in.is_known() || k < 0 || strides.size() != static_cast<size_t>(spatial) ||
-            dil.size() != static_cast<size_t>(spatial) || pads.size() != static_cast<size_t>(2 * spatial)) {
+        if (!in.is_known() || k < 0 || !auto_pad.has_value() ||
+            strides.size() != static_cast<size_t>(spatial) ||
+            dil.size() != static_cast<size_t>(spatial) ||
+            pads.size() != static_cast<size_t>(2 * spatial) || strides[i] < 1) {
           t.dims.push_back(Dim::Unknown());
           continue;
         }
-        const int64_t k_eff = (k - 1) * dil[i] + 1;
-        int64_t o;
-        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-          o = (in.value + strides[i] - 1) / strides[i];
-        } else if (auto_pad == "VALID") {
-          o = (in.value - k_eff) / strides[i] + 1;
-        } else {
-          o = (in.value + pads[i] + pads[spatial + i] - k_eff) / strides[i] + 1;
-        }
-        t.dims.push_back(Dim::Known(o));
+        const WindowAxis axis = WindowOutputAxis(in.value, k, strides[i], dil[i], pads[i],
+                                                 pads[spatial + i], *auto_pad);
+        t.dims.push_back(Dim::Known(axis.out));
       }
       out[0] = t;
     };
@@ -257,9 +254,9 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
       const std::vector<int64_t> strides = n.GetInts("strides", std::vector<int64_t>(spatial, 1));
       const std::vector<int64_t> dil = n.GetInts("dilations", std::vector<int64_t>(spatial, 1));
       const std::vector<int64_t> pads = n.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
-      const std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+      const std::optional<AutoPad> auto_pad = ParseAutoPad(n.GetString("auto_pad", "NOTSET"));
       const bool ceil_mode = n.GetInt("ceil_mode", 0) != 0;
-      if (kernel.size() != static_cast<size_t>(spatial) ||
+      if (!auto_pad.has_value() || kernel.size() != static_cast<size_t>(spatial) ||
           strides.size() != static_cast<size_t>(spatial) ||
           dil.size() != static_cast<size_t>(spatial) ||
           pads.size() != static_cast<size_t>(2 * spatial)) {
@@ -272,18 +269,9 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
           t.dims.push_back(Dim::Unknown());
           continue;
         }
-        const int64_t k_eff = (kernel[i] - 1) * dil[i] + 1;
-        int64_t o;
-        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-          o = (in.value + strides[i] - 1) / strides[i];
-        } else if (auto_pad == "VALID") {
-          o = (in.value - k_eff) / strides[i] + 1;
-        } else {
-          const int64_t span = in.value + pads[i] + pads[spatial + i] - k_eff;
-          o = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
-          if (ceil_mode && (o - 1) * strides[i] >= in.value + pads[i]) --o;
-        }
-        t.dims.push_back(o > 0 ? Dim::Known(o) : Dim::Unknown());
+        const WindowAxis axis = WindowOutputAxis(in.value, kernel[i], strides[i], dil[i], pads[i],
+                                                 pads[spatial + i], *auto_pad, ceil_mode);
+        t.dims.push_back(axis.out > 0 ? Dim::Known(axis.out) : Dim::Unknown());
       }
       out[0] = t;
       if (out.size() > 1) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kiln/ir/conv_geometry.h"
 #include "kiln/ir/op_traits.h"
 
 namespace kiln::ir {
@@ -216,6 +217,60 @@ TEST(ShapeInferenceTest, UnknownOpsStayUnknown) {
   const NodeId n = g.AddNode("SomethingNew", {a}, 1, {}, "", "custom");
   ASSERT_TRUE(InferShapes(g).ok());
   EXPECT_FALSE(g.value(g.node(n).outputs[0]).type.rank_known);
+}
+
+// ONNX's rule, with the examples of its Conv and MaxPool documentation.
+TEST(ConvGeometryTest, OutputSizeAndPaddingPerAutoPad) {
+  // 7 inputs, 3 taps, stride 2: SAME pads 2 in all, the odd one at the end (UPPER) or start.
+  WindowAxis a = WindowOutputAxis(7, 3, 2, 1, 0, 0, AutoPad::kSameUpper);
+  EXPECT_EQ(a.out, 4);
+  EXPECT_EQ(a.pad_begin, 1);
+  EXPECT_EQ(a.pad_end, 1);
+  a = WindowOutputAxis(6, 3, 2, 1, 0, 0, AutoPad::kSameUpper);
+  EXPECT_EQ(a.out, 3);
+  EXPECT_EQ(a.pad_begin, 0);
+  EXPECT_EQ(a.pad_end, 1);
+  a = WindowOutputAxis(6, 3, 2, 1, 0, 0, AutoPad::kSameLower);
+  EXPECT_EQ(a.pad_begin, 1);
+  EXPECT_EQ(a.pad_end, 0);
+  // VALID ignores the explicit pads; NOTSET uses them; dilation 2 makes 3 taps span 5.
+  a = WindowOutputAxis(7, 3, 1, 2, 1, 1, AutoPad::kValid);
+  EXPECT_EQ(a.out, 3);
+  EXPECT_EQ(a.pad_begin + a.pad_end, 0);
+  a = WindowOutputAxis(7, 3, 1, 2, 1, 1, AutoPad::kNotSet);
+  EXPECT_EQ(a.out, 5);
+  EXPECT_EQ(a.pad_begin, 1);
+  // ceil_mode: 32 inputs, 3 taps, stride 2 -> 15 windows floor, 16 ceil.
+  EXPECT_EQ(WindowOutputAxis(32, 3, 2, 1, 0, 0, AutoPad::kNotSet).out, 15);
+  EXPECT_EQ(WindowOutputAxis(32, 3, 2, 1, 0, 0, AutoPad::kNotSet, true).out, 16);
+  EXPECT_EQ(ParseAutoPad("SAME_LOWER"), AutoPad::kSameLower);
+  EXPECT_EQ(ParseAutoPad("same_upper"), std::nullopt);
+}
+
+// Bad attributes of a model leave the shape unknown (the kernel reports them); stride 0 once
+// divided by zero here.
+TEST(ShapeInferenceTest, ConvWithBadStrideOrAutoPadStaysUnknown) {
+  for (const auto& attrs : std::vector<std::map<std::string, Attribute>>{
+           {{"strides", std::vector<int64_t>{0, 1}}},
+           {{"auto_pad", std::string("SAME")}},
+       }) {
+    Graph g;
+    const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 2, 8, 8}));
+    g.inputs = {x};
+    const ValueId w = g.AddConstant("w", Tensor::Zeros(DType::kFloat32, Shape{4, 2, 3, 3}));
+    const NodeId conv = g.AddNode("Conv", {x, w}, 1, attrs, "conv");
+    ASSERT_TRUE(InferShapes(g).ok());
+    const TensorType& t = g.value(g.node(conv).outputs[0]).type;
+    EXPECT_FALSE(t.rank_known && t.dims[2].is_known()) << t.ToString();
+  }
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 2, 8, 8}));
+  g.inputs = {x};
+  const ValueId w = g.AddConstant("w", Tensor::Zeros(DType::kFloat32, Shape{4, 2, 3, 3}));
+  const NodeId conv =
+      g.AddNode("Conv", {x, w}, 1, {{"strides", std::vector<int64_t>{2, 2}}}, "conv");
+  ASSERT_TRUE(InferShapes(g).ok());
+  EXPECT_EQ(g.value(g.node(conv).outputs[0]).type.ToString(), "float[1, 4, 3, 3]");
 }
 
 TEST(OpTraitsTest, RandomOperatorsAreNondeterministicInTheirDomain) {

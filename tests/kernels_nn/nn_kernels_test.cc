@@ -99,6 +99,20 @@ TEST(ConvTest, AutoPadSameUpperKeepsSpatialSize) {
   ExpectClose((*out)[0], ReferenceConv2d(x, w, nullptr, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}));
 }
 
+// A model's bad window attributes are errors naming the node: stride 0 once divided by zero,
+// an unknown auto_pad ran as NOTSET.
+TEST(ConvTest, ZeroStrideAndUnknownAutoPadAreErrors) {
+  Tensor x = Random(Shape{1, 2, 7, 5}, 7), w = Random(Shape{3, 2, 3, 3}, 8);
+  auto zero_stride = RunKernel("Conv", {x, w}, {{"strides", std::vector<int64_t>{0, 1}}});
+  ASSERT_FALSE(zero_stride.ok());
+  EXPECT_NE(zero_stride.status().message().find("strides"), std::string::npos)
+      << zero_stride.status();
+  auto bad_pad = RunKernel("Conv", {x, w}, {{"auto_pad", std::string("SAME")}});
+  ASSERT_FALSE(bad_pad.ok());
+  EXPECT_NE(bad_pad.status().message().find("auto_pad 'SAME'"), std::string::npos)
+      << bad_pad.status();
+}
+
 TEST(ConvTest, FusedConvAppliesResidualThenRelu) {
   Tensor x = Random(Shape{2, 8, 6, 6}, 11), w = Random(Shape{8, 8, 3, 3}, 12);
   Tensor b = Random(Shape{8}, 13), residual = Random(Shape{2, 8, 6, 6}, 14);

@@ -98,6 +98,14 @@ TEST(ConvInteger, PaddingCountsAsZeroPoint) {
             (std::vector<int32_t>{0, 0, 0, 0, 0, 0, 2, 0, 0, 4, 6, 0, 0, 0, 0, 0}));
 }
 
+TEST(ConvInteger, ZeroStrideIsAnError) {
+  auto out = RunKernel("ConvInteger",
+                       {Of<uint8_t>({1, 2, 3, 4}, {1, 1, 2, 2}), Of<uint8_t>({2}, {1, 1, 1, 1})},
+                       {{"strides", std::vector<int64_t>{1, 0}}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("strides"), std::string::npos) << out.status();
+}
+
 TEST(QLinearConv, BiasAndPerChannelWeightScale) {
   // Two output channels of a 1x1 conv on one pixel x = 4 (scale 1, zero 0): channel 0 weight
   // 1 (scale 1) + bias 2 -> 6; channel 1 weight 3 (scale 0.5) + bias 0 -> 6; y scale 2 -> 3.

@@ -6,9 +6,11 @@
 // run only when oneDNN's choice differs from the plain NCHW layout of Kiln's tensors.
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/conv_geometry.h"
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_conv_transpose_ref.h"
@@ -43,7 +45,20 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
         node.Describe(), ": kernel_shape/strides/dilations/pads do not match ", spatial,
         " spatial dimensions of input ", x.ToString()));
   }
-  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  for (int i = 0; i < spatial; ++i) {
+    if (g.strides[i] < 1 || g.dilations[i] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.Describe(), ": strides and dilations must be positive"));
+    }
+  }
+  const std::string auto_pad_name = node.GetString("auto_pad", "NOTSET");
+  const std::optional<ir::AutoPad> parsed_auto_pad = ir::ParseAutoPad(auto_pad_name);
+  if (!parsed_auto_pad.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(), ": unknown auto_pad '", auto_pad_name, "'"));
+  }
+  const ir::AutoPad auto_pad = *parsed_auto_pad;
+  const bool same = auto_pad == ir::AutoPad::kSameUpper || auto_pad == ir::AutoPad::kSameLower;
   const std::vector<int64_t> output_padding =
       node.GetInts("output_padding", std::vector<int64_t>(spatial, 0));
   const std::vector<int64_t> output_shape = node.GetInts("output_shape");
@@ -53,17 +68,11 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
     int64_t pb = pads[i], pe = pads[spatial + i];
     int64_t out;
     if (!transpose) {
-      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-        out = (in + g.strides[i] - 1) / g.strides[i];
-        const int64_t total = std::max<int64_t>(0, (out - 1) * g.strides[i] + k_eff - in);
-        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        pe = total - pb;
-      } else if (auto_pad == "VALID") {
-        pb = pe = 0;
-        out = (in - k_eff) / g.strides[i] + 1;
-      } else {
-        out = (in + pb + pe - k_eff) / g.strides[i] + 1;
-      }
+      const ir::WindowAxis axis =
+          ir::WindowOutputAxis(in, g.kernel[i], g.strides[i], g.dilations[i], pb, pe, auto_pad);
+      out = axis.out;
+      pb = axis.pad_begin;
+      pe = axis.pad_end;
     } else {
       const int64_t op = output_padding[i];
       if (!output_shape.empty()) {
@@ -72,20 +81,20 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
         // ONNX halves with floor division: an output_shape one larger than the full result
         // (total -1) pads the end, not the start.
         const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
-        if (auto_pad == "SAME_UPPER") {
+        if (auto_pad == ir::AutoPad::kSameUpper) {
           pb = half;
           pe = total - pb;
         } else {
           pe = half;
           pb = total - pe;
         }
-      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      } else if (same) {
         out = in * g.strides[i];
         const int64_t total = std::max<int64_t>(0, g.strides[i] * (in - 1) + op + k_eff - out);
-        pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pb = auto_pad == ir::AutoPad::kSameUpper ? total / 2 : total - total / 2;
         pe = total - pb;
       } else {
-        if (auto_pad == "VALID") pb = pe = 0;
+        if (auto_pad == ir::AutoPad::kValid) pb = pe = 0;
         out = g.strides[i] * (in - 1) + op + k_eff - pb - pe;
       }
     }

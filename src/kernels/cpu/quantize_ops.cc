@@ -12,10 +12,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/math_common.h"
 #include "kernels/cpu/tensor_common.h"
+#include "kiln/ir/conv_geometry.h"
 
 namespace kiln::kernels::quantize {
 namespace {
@@ -510,7 +512,12 @@ absl::StatusOr<ConvGeometry> ResolveConv(const ir::Node& node, const Shape& x, c
       static_cast<int>(pads.size()) != 2 * sd) {
     return fail("strides, dilations and pads must have ", sd, ", ", sd, " and ", 2 * sd, " values");
   }
-  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  for (int d = 0; d < sd; ++d) {
+    if (g.stride[d] < 1 || g.dilation[d] < 1) return fail("strides and dilations must be positive");
+  }
+  const std::string auto_pad_name = node.GetString("auto_pad", "NOTSET");
+  const std::optional<ir::AutoPad> auto_pad = ir::ParseAutoPad(auto_pad_name);
+  if (!auto_pad.has_value()) return fail("unknown auto_pad '", auto_pad_name, "'");
   Shape out;
   out.push_back(g.n);
   out.push_back(g.m);
@@ -519,21 +526,9 @@ absl::StatusOr<ConvGeometry> ResolveConv(const ir::Node& node, const Shape& x, c
     if (!kernel_attr.empty() && kernel_attr[d] != k) {
       return fail("kernel_shape ", kernel_attr[d], " differs from w's ", k);
     }
-    const int64_t eff = (k - 1) * g.dilation[d] + 1;
-    int64_t begin = pads[d], end = pads[d + sd], o = 0;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      o = (in + g.stride[d] - 1) / g.stride[d];
-      const int64_t total = std::max<int64_t>(0, (o - 1) * g.stride[d] + eff - in);
-      begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      end = total - begin;
-    } else if (auto_pad == "VALID") {
-      begin = end = 0;
-      o = (in - eff) / g.stride[d] + 1;
-    } else if (auto_pad == "NOTSET") {
-      o = (in + begin + end - eff) / g.stride[d] + 1;
-    } else {
-      return fail("unknown auto_pad '", auto_pad, "'");
-    }
+    const ir::WindowAxis axis =
+        ir::WindowOutputAxis(in, k, g.stride[d], g.dilation[d], pads[d], pads[d + sd], *auto_pad);
+    const int64_t o = axis.out, begin = axis.pad_begin;
     if (o < 0) return fail("kernel larger than the padded input");
     g.in.push_back(in);
     g.kernel.push_back(k);
