@@ -10,6 +10,7 @@
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/memory_planner.h"
+#include "kiln/exec/node_evaluator.h"
 #include "kiln/ir/op_traits.h"
 
 namespace kiln::exec {
@@ -64,18 +65,6 @@ struct CompiledPlan::ValueSlot {
   int last_use = -1;
   size_t bytes() const { return static_cast<size_t>(shape.num_elements()) * DTypeSize(dtype); }
 };
-
-namespace {
-// True when every output of a prepared node is empty: nothing to compute (and kernels need
-// not handle calling oneDNN or dividing by a zero dimension for no work).
-bool AllOutputsEmpty(const kernels::PrepareContext& prepare) {
-  if (prepare.output_shapes.empty()) return false;
-  for (size_t i = 0; i < prepare.output_shapes.size(); ++i) {
-    if (prepare.output_dynamic[i] || prepare.output_shapes[i].num_elements() != 0) return false;
-  }
-  return true;
-}
-}  // namespace
 
 struct CompiledPlan::Step {
   const ir::Node* node = nullptr;
@@ -368,21 +357,13 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
                                                      : Tensor(slot.dtype, slot.shape, nullptr);
       }
       std::vector<Tensor> outputs(node.outputs.size());
-      for (size_t i = 0; i < outputs.size(); ++i) {
-        if (!prepare.output_dynamic[i]) {
-          outputs[i] = Tensor(prepare.output_dtypes[i], prepare.output_shapes[i]);
-        }
-      }
-      std::shared_ptr<Buffer> scratch;
-      if (prepare.scratch_bytes > 0) scratch = Buffer::Allocate(prepare.scratch_bytes);
       MemoryBudget memory(memory_limit_);
       kernels::ComputeContext ctx;
       ctx.inputs = absl::MakeConstSpan(inputs);
       ctx.outputs = absl::MakeSpan(outputs);
-      ctx.scratch = scratch ? scratch->data() : nullptr;
       ctx.node = &node;
       ctx.memory = &memory;
-      absl::Status status = step.outputs_empty ? absl::OkStatus() : step.kernel->Compute(ctx);
+      absl::Status status = RunPrepared(*step.kernel, prepare, ctx);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat("evaluating ", node.Describe(),
                                              " at compile time"));
@@ -727,25 +708,7 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
                                                        : graph_->value(v).layout);
   }
   KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
-  for (size_t i = 0; i < step.outputs.size(); ++i) {
-    ctx.outputs[i] = Tensor();
-    if (prepare.output_dynamic[i]) continue;
-    KILN_RETURN_IF_ERROR(
-        ctx.Allocate(static_cast<int>(i), prepare.output_dtypes[i], prepare.output_shapes[i])
-            .status());
-  }
-  if (AllOutputsEmpty(prepare)) return absl::OkStatus();
-  std::shared_ptr<Buffer> scratch;
-  if (prepare.scratch_bytes > 0) {
-    if (!state.memory.TryReserve(prepare.scratch_bytes)) {
-      return kernels::OverBudgetError(&node, "scratch", DType::kUInt8,
-                                      Shape{static_cast<int64_t>(prepare.scratch_bytes)},
-                                      prepare.scratch_bytes, state.memory);
-    }
-    scratch = Buffer::Allocate(prepare.scratch_bytes);
-  }
-  ctx.scratch = scratch ? scratch->data() : nullptr;
-  return kernel->Compute(ctx);
+  return RunPrepared(*kernel, prepare, ctx);
 }
 
 absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,

@@ -12,6 +12,8 @@ namespace {
 constexpr size_t kMaxFoldedBytes = 64 << 20;
 
 absl::Status ConstantFolding(ir::Graph& graph, PassContext& ctx) {
+  const ir::NodeEvaluator* evaluator = ctx.options().evaluator;
+  if (evaluator == nullptr) return absl::OkStatus();
   KILN_ASSIGN_OR_RETURN(std::vector<ir::NodeId> order, graph.TopologicalOrder());
   for (ir::NodeId id : order) {
     ir::Node& node = graph.node(id);
@@ -29,7 +31,7 @@ absl::Status ConstantFolding(ir::Graph& graph, PassContext& ctx) {
       }
     }
     if (!all_constant) continue;
-    auto outputs = EvaluateNode(node, inputs, kMaxFoldedBytes);
+    auto outputs = evaluator->Evaluate(node, inputs, kMaxFoldedBytes);
     // A node the kernels cannot evaluate (no kernel yet, bad constants, or a result too large
     // to keep as a constant) is left for the plan compiler, which reports the error with the
     // input shapes and the run's memory budget when it matters.

@@ -2,9 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
-#include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
-#include "kiln/kernels/kernel.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -79,69 +77,6 @@ absl::Status Optimize(ir::Graph& graph, const PassOptions& options, Optimization
   }
   log->nodes_after = graph.num_live_nodes();
   return absl::OkStatus();
-}
-
-namespace {
-absl::StatusOr<std::vector<Tensor>> EvaluateNodeWithin(const ir::Node& node,
-                                                       const std::vector<Tensor>& inputs,
-                                                       size_t max_output_bytes) {
-  const kernels::KernelFactory* factory =
-      kernels::KernelRegistry::Global().Find(node.domain, node.op);
-  if (factory == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("no CPU kernel for ", node.Describe()));
-  }
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::OpKernel> kernel, (*factory)(node));
-  kernels::PrepareContext prepare;
-  prepare.node = &node;
-  for (const Tensor& t : inputs) {
-    kernels::InputInfo info;
-    if (t.valid()) {
-      info.dtype = t.dtype();
-      info.shape = t.shape();
-      info.constant = &t;
-    }
-    prepare.inputs.push_back(info);
-  }
-  prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
-  KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
-  MemoryBudget budget(max_output_bytes);
-  std::vector<Tensor> outputs(node.outputs.size());
-  for (size_t i = 0; i < outputs.size() && i < prepare.output_dtypes.size(); ++i) {
-    if (prepare.output_dynamic[i]) continue;
-    KILN_ASSIGN_OR_RETURN(size_t bytes,
-                          CheckedByteSize(prepare.output_dtypes[i], prepare.output_shapes[i]));
-    if (!budget.TryReserve(bytes)) {
-      return kernels::OverBudgetError(&node, "folded output", prepare.output_dtypes[i],
-                                      prepare.output_shapes[i], bytes, budget);
-    }
-    outputs[i] = Tensor(prepare.output_dtypes[i], prepare.output_shapes[i]);
-  }
-  std::shared_ptr<Buffer> scratch;
-  if (prepare.scratch_bytes > 0) scratch = Buffer::Allocate(prepare.scratch_bytes);
-  kernels::ComputeContext ctx;
-  ctx.inputs = absl::MakeConstSpan(inputs);
-  ctx.outputs = absl::MakeSpan(outputs);
-  ctx.scratch = scratch ? scratch->data() : nullptr;
-  ctx.node = &node;
-  ctx.memory = &budget;  // dynamic outputs count against the same limit
-  KILN_RETURN_IF_ERROR(kernel->Compute(ctx));
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].valid() && node.outputs[i] != ir::kNoValue) {
-      return absl::InternalError(absl::StrCat(node.Describe(), " produced no output ", i));
-    }
-  }
-  return outputs;
-}
-}  // namespace
-
-absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
-                                                 const std::vector<Tensor>& inputs,
-                                                 size_t max_output_bytes) {
-  try {
-    return EvaluateNodeWithin(node, inputs, max_output_bytes);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(node.Describe(), ": out of memory"));
-  }
 }
 
 }  // namespace kiln::opt

@@ -14,6 +14,7 @@
 #include "kiln/core/clock.h"
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
+#include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan_cache.h"
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
@@ -359,6 +360,8 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       opt::PassOptions pass_options;
       pass_options.allow_compression = options.allow_compression;
       pass_options.conv_activation_layout = kernels::PreferredConvActivationLayout();
+      const exec::KernelEvaluator evaluator;
+      pass_options.evaluator = &evaluator;
       KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),
                                     absl::StrCat("optimizing signature '", sg.key, "'")));
     }

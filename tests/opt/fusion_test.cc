@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
 #include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
@@ -50,7 +51,10 @@ std::vector<Tensor> Run(const Graph& graph, const std::vector<Tensor>& inputs) {
 Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs, std::string* log_text = nullptr) {
   Graph optimized = graph;
   OptimizationLog log;
-  absl::Status st = Optimize(optimized, PassOptions{}, &log);
+  const exec::KernelEvaluator evaluator;
+  PassOptions options;
+  options.evaluator = &evaluator;
+  absl::Status st = Optimize(optimized, options, &log);
   EXPECT_TRUE(st.ok()) << st;
   if (log_text) *log_text = log.ToString();
   const std::vector<Tensor> expected = Run(graph, inputs);
@@ -177,6 +181,48 @@ TEST(FusionTest, RandomNodesAreNeverMerged) {
   auto merged = EliminateCommonSubexpressions(g);
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_EQ(*merged, "merged 1 duplicate nodes");
+}
+
+// The optimizer evaluates constant nodes only through the evaluator the runtime hands it (the
+// kernels); without one it folds nothing rather than linking kernels of its own.
+TEST(ConstantFoldingTest, FoldsThroughTheEvaluatorItIsHanded) {
+  class CountingEvaluator : public ir::NodeEvaluator {
+   public:
+    absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node,
+                                                 absl::Span<const Tensor> inputs,
+                                                 size_t max_output_bytes) const override {
+      ++calls;
+      return kernels_.Evaluate(node, inputs, max_output_bytes);
+    }
+    mutable int calls = 0;
+
+   private:
+    exec::KernelEvaluator kernels_;
+  };
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2}));
+  g.inputs = {x};
+  const ValueId sum = Op(g, "Add", {Scalar(g, "a", 2.0f), Scalar(g, "b", 3.0f)});
+  g.outputs = {Op(g, "Mul", {x, sum})};
+
+  // Elementwise fusion would take the Add into a FusedElementwise program either way.
+  PassOptions options;
+  options.disabled_passes = {"elementwise_chain_fusion"};
+  Graph unfolded = g;
+  OptimizationLog log;
+  ASSERT_TRUE(Optimize(unfolded, options, &log).ok());
+  EXPECT_EQ(LiveOps(unfolded).count("Add"), 1u) << unfolded.ToString();
+
+  CountingEvaluator evaluator;
+  options.evaluator = &evaluator;
+  Graph folded = g;
+  ASSERT_TRUE(Optimize(folded, options, &log).ok());
+  EXPECT_EQ(LiveOps(folded).count("Add"), 0u) << folded.ToString();
+  EXPECT_GE(evaluator.calls, 1);
+  const std::vector<Tensor> out = opt::Run(folded, {Tensor::FromVector<float>({1, -2}, Shape{2})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].span<float>()[0], 5.0f);
+  EXPECT_EQ(out[0].span<float>()[1], -10.0f);
 }
 
 TEST(FusionTest, SharedIntermediateIsNotFused) {

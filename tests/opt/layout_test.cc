@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
 #include "kiln/opt/pass.h"
 
@@ -48,6 +49,8 @@ Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs,
   OptimizationLog log;
   PassOptions options;
   options.conv_activation_layout = conv_layout;
+  const exec::KernelEvaluator evaluator;
+  options.evaluator = &evaluator;
   absl::Status st = Optimize(optimized, options, &log);
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(ir::Verify(optimized).ok()) << ir::Verify(optimized);

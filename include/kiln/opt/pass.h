@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kiln/ir/evaluator.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::opt {
@@ -50,6 +51,10 @@ struct PassOptions {
   // from oneDNN's own choice: kernels::PreferredConvActivationLayout); conv_activation_layout
   // keeps chains of convolutions and pools in it. kPlain: every value stays NCHW.
   ir::MemoryLayout conv_activation_layout = ir::MemoryLayout::kPlain;
+  // Evaluates nodes for constant folding: the runtime hands in its kernels
+  // (exec::KernelEvaluator), so the optimizer folds exactly what a run would compute without
+  // linking them. Null: nothing is folded.
+  const ir::NodeEvaluator* evaluator = nullptr;
   // Passes to skip by name (e.g. for debugging a fusion).
   std::vector<std::string> disabled_passes;
   int max_rounds = 4;
@@ -95,15 +100,6 @@ struct PassRegistration {
 // Runs the registered passes over `graph` (and, recursively, over nothing else: passes that
 // care about subgraphs walk them). Appends to `log`.
 absl::Status Optimize(ir::Graph& graph, const PassOptions& options, OptimizationLog* log);
-
-// Evaluates one node whose inputs are all given (constant folding): Prepare and Compute of
-// its CPU kernel. Used by the folding pass; exposed for passes that fold patterns. Outputs
-// over `max_output_bytes` together (a Tile or ConstantOfShape of a huge constant shape) are
-// RESOURCE_EXHAUSTED before anything is allocated: such a node is left to run, where the
-// run's memory budget decides.
-absl::StatusOr<std::vector<Tensor>> EvaluateNode(const ir::Node& node,
-                                                 const std::vector<Tensor>& inputs,
-                                                 size_t max_output_bytes);
 
 }  // namespace kiln::opt
 
