@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # Installs every Debian package that Kiln's build, tests and benchmarks need.
 # Idempotent: packages already present are skipped, and `apt-get update` runs at most once.
+#
+#   install-deps.sh           everything: build, tests, benchmarks, fuzzing, deployment tests
+#   install-deps.sh --build   only what building the `kiln` binary needs (deploy/Dockerfile's
+#                             build stage uses this, so the image and CI cannot drift apart)
 set -euo pipefail
 
-PACKAGES=(
+BUILD_PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git clang libclang-rt-14-dev llvm
+  build-essential cmake ninja-build pkg-config git
   # core libraries (see ../shared/DESIGN.md "Dependencies")
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev libboost-dev libsimdjson-dev
   libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  # CMakeLists.txt finds GoogleTest even when the tests are not built
+  libgtest-dev libgmock-dev
+)
+TEST_PACKAGES=(
+  # fuzzing (make fuzz)
+  clang libclang-rt-14-dev llvm
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libbenchmark-dev
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio
   python3-torch python3-torchvision python3-pil
   wrk curl hyperfine time
+  # deployment tests (tests/deploy): the real load balancer, browser and manifest parser
+  nginx chromium python3-yaml
 )
+
+build_only=false
+if [ "${1:-}" = "--build" ]; then build_only=true; fi
+PACKAGES=("${BUILD_PACKAGES[@]}")
+if ! $build_only; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -27,7 +44,7 @@ done
 # Benchmarks only: the ONNX Runtime peer runs under Node.js (bench/peers, onnxruntime-node from
 # npm). A node/npm already on the machine (NodeSource's nodejs bundles npm and conflicts with
 # Debian's npm package) is kept.
-if ! command -v npm >/dev/null 2>&1; then
+if ! $build_only && ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
 
