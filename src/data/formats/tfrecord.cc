@@ -73,15 +73,13 @@ absl::StatusOr<std::unique_ptr<RecordWriter>> RecordWriter::Open(const std::stri
 }
 
 absl::Status RecordWriter::Write(absl::string_view record) {
-  char frame[kHeaderSize];
-  const uint64_t length = record.size();
-  std::memcpy(frame, &length, 8);
-  const uint32_t length_crc = crc32c::Mask(crc32c::Value(frame, 8));
-  std::memcpy(frame + 8, &length_crc, 4);
-  KILN_RETURN_IF_ERROR(stream_->Write(absl::string_view(frame, kHeaderSize)));
+  std::string frame;  // 12 bytes at most: held in the string itself, no allocation
+  EncodeHeader(record, &frame);
+  KILN_RETURN_IF_ERROR(stream_->Write(frame));
   KILN_RETURN_IF_ERROR(stream_->Write(record));
-  const uint32_t data_crc = crc32c::Mask(crc32c::Value(record.data(), record.size()));
-  return stream_->Write(absl::string_view(reinterpret_cast<const char*>(&data_crc), 4));
+  frame.clear();
+  coding::PutFixed32(&frame, crc32c::Mask(crc32c::Value(record.data(), record.size())));
+  return stream_->Write(frame);
 }
 
 absl::Status RecordWriter::Flush() { return stream_->Flush(); }

@@ -168,10 +168,9 @@ class TableParser {
     }
     const size_t footer_offset = contents_.size() - kFooterSize;
     absl::string_view footer = contents_.substr(footer_offset);
-    uint64_t magic;
-    std::memcpy(&magic, footer.data() + 40, 8);
-    if (magic != kTableMagic) return Error("bad magic number (not a LevelDB table)",
-                                           footer_offset + 40);
+    if (coding::DecodeFixed64(footer.data() + 40) != kTableMagic) {
+      return Error("bad magic number (not a LevelDB table)", footer_offset + 40);
+    }
     BlockHandle metaindex, index;
     absl::string_view handles = footer.substr(0, 40);
     if (!DecodeBlockHandle(&handles, &metaindex) || !DecodeBlockHandle(&handles, &index)) {
@@ -285,8 +284,7 @@ std::string WriteLevelDbTable(const std::map<std::string, std::string>& entries,
   PutBlockHandle(&footer, metaindex_handle);
   PutBlockHandle(&footer, index_handle);
   footer.resize(40, '\0');
-  const uint64_t magic = kTableMagic;
-  footer.append(reinterpret_cast<const char*>(&magic), 8);
+  coding::PutFixed64(&footer, kTableMagic);
   file += footer;
   return file;
 }

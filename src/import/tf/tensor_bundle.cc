@@ -129,9 +129,7 @@ absl::StatusOr<uint32_t> DecodeStrings(absl::string_view data, int64_t n, std::s
   if (data.size() < 4) {
     return absl::DataLossError(absl::StrCat("string tensor '", key, "': truncated"));
   }
-  uint32_t length_checksum;
-  std::memcpy(&length_checksum, data.data(), 4);
-  if (length_checksum != crc32c::Mask(crc)) {
+  if (coding::DecodeFixed32(data.data()) != crc32c::Mask(crc)) {
     return absl::DataLossError(
         absl::StrCat("string tensor '", key, "': checksum mismatch in element lengths"));
   }
