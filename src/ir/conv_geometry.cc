@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace kiln::ir {
+namespace {
+
+// Floor and ceiling of a / b for b > 0: C++ division truncates toward zero, which made a
+// window one tap larger than the input count as one output (floor(-1/2) is -1, not 0).
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t CeilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+}  // namespace
 
 std::optional<AutoPad> ParseAutoPad(absl::string_view value) {
   if (value == "NOTSET") return AutoPad::kNotSet;
@@ -26,13 +34,13 @@ WindowAxis WindowOutputAxis(int64_t in, int64_t kernel, int64_t stride, int64_t 
       break;
     }
     case AutoPad::kValid:
-      axis.out = (in - k_eff) / stride + 1;
+      axis.out = FloorDiv(in - k_eff, stride) + 1;
       break;
     case AutoPad::kNotSet: {
       axis.pad_begin = pad_begin;
       axis.pad_end = pad_end;
       const int64_t span = in + pad_begin + pad_end - k_eff;
-      axis.out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+      axis.out = (ceil_mode ? CeilDiv(span, stride) : FloorDiv(span, stride)) + 1;
       if (ceil_mode && (axis.out - 1) * stride >= in + pad_begin) --axis.out;
       break;
     }

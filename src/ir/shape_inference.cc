@@ -165,7 +165,7 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
         }
         const WindowAxis axis = WindowOutputAxis(in.value, k, strides[i], dil[i], pads[i],
                                                  pads[spatial + i], *auto_pad);
-        t.dims.push_back(Dim::Known(axis.out));
+        t.dims.push_back(axis.out > 0 ? Dim::Known(axis.out) : Dim::Unknown());
       }
       out[0] = t;
     };

@@ -243,6 +243,12 @@ TEST(ConvGeometryTest, OutputSizeAndPaddingPerAutoPad) {
   // ceil_mode: 32 inputs, 3 taps, stride 2 -> 15 windows floor, 16 ceil.
   EXPECT_EQ(WindowOutputAxis(32, 3, 2, 1, 0, 0, AutoPad::kNotSet).out, 15);
   EXPECT_EQ(WindowOutputAxis(32, 3, 2, 1, 0, 0, AutoPad::kNotSet, true).out, 16);
+  // A window larger than the (padded) input fits nowhere: floor(-1 / 2) + 1 = 0 windows,
+  // where truncating division once gave 1.
+  EXPECT_EQ(WindowOutputAxis(2, 3, 2, 1, 0, 0, AutoPad::kValid).out, 0);
+  EXPECT_EQ(WindowOutputAxis(2, 3, 2, 1, 0, 0, AutoPad::kNotSet).out, 0);
+  EXPECT_EQ(WindowOutputAxis(2, 3, 2, 1, 0, 0, AutoPad::kNotSet, true).out, 1);  // ceil(-1/2)
+  EXPECT_LE(WindowOutputAxis(1, 5, 2, 1, 0, 0, AutoPad::kNotSet, true).out, 0);
   EXPECT_EQ(ParseAutoPad("SAME_LOWER"), AutoPad::kSameLower);
   EXPECT_EQ(ParseAutoPad("same_upper"), std::nullopt);
 }

@@ -328,6 +328,28 @@ TEST(PoolTest, MaxPoolIntegerTypesKeepDtypeAndExactValues) {
   EXPECT_NE(average.status().message().find("uint8"), std::string::npos) << average.status();
 }
 
+// Bad windows are errors naming the node: stride 0 once divided by zero, and a VALID window
+// one larger than the input once made one output (truncating division).
+TEST(PoolTest, ZeroStrideAndWindowLargerThanInputAreErrors) {
+  Tensor x = Random(Shape{1, 1, 4, 4}, 21);
+  const std::vector<int64_t> k3 = {3, 3};
+  auto zero_stride =
+      RunKernel("MaxPool", {x}, {{"kernel_shape", k3}, {"strides", std::vector<int64_t>{0, 1}}});
+  ASSERT_FALSE(zero_stride.ok());
+  EXPECT_NE(zero_stride.status().message().find("strides"), std::string::npos)
+      << zero_stride.status();
+  auto too_large = RunKernel("MaxPool", {Random(Shape{1, 1, 2, 2}, 22)},
+                             {{"kernel_shape", k3},
+                              {"strides", std::vector<int64_t>{2, 2}},
+                              {"auto_pad", std::string("VALID")}});
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_NE(too_large.status().message().find("smaller than the pooling window"), std::string::npos)
+      << too_large.status();
+  auto bad_pad =
+      RunKernel("AveragePool", {x}, {{"kernel_shape", k3}, {"auto_pad", std::string("same")}});
+  EXPECT_FALSE(bad_pad.ok());
+}
+
 TEST(PoolTest, AveragePoolCountIncludePad) {
   Tensor x(DType::kFloat32, Shape{1, 1, 2, 2});
   for (int i = 0; i < 4; ++i) x.data<float>()[i] = 4.0f;

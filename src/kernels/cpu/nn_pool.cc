@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/conv_geometry.h"
 #include "kiln/kernels/kernel.h"
 
 namespace kiln::kernels::nn {
@@ -114,35 +116,34 @@ class PoolKernel : public OpKernel {
         return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": strides/dilations/pads do not match ",
                                                        spatial_, " spatial dimensions"));
       }
-      const std::string auto_pad = node_.GetString("auto_pad", "NOTSET");
+      for (int i = 0; i < spatial_; ++i) {
+        if (strides_[i] < 1 || dilations_[i] < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(node_.Describe(), ": strides and dilations must be positive"));
+        }
+      }
+      const std::string auto_pad_name = node_.GetString("auto_pad", "NOTSET");
+      const std::optional<ir::AutoPad> auto_pad = ir::ParseAutoPad(auto_pad_name);
+      if (!auto_pad.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": unknown auto_pad '", auto_pad_name, "'"));
+      }
       const bool ceil_mode = node_.GetInt("ceil_mode", 0) != 0;
       pads_begin_.assign(spatial_, 0);
       pads_end_.assign(spatial_, 0);
       for (int i = 0; i < spatial_; ++i) {
         const int64_t in = x.shape.dim(2 + i);
-        const int64_t k_eff = (kernel_[i] - 1) * dilations_[i] + 1;
-        int64_t out;
-        int64_t pb = pads[i], pe = pads[spatial_ + i];
-        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-          out = (in + strides_[i] - 1) / strides_[i];
-          const int64_t total = std::max<int64_t>(0, (out - 1) * strides_[i] + k_eff - in);
-          pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        } else if (auto_pad == "VALID") {
-          pb = 0;
-          out = (in - k_eff) / strides_[i] + 1;
-        } else {
-          const int64_t span = in + pb + pe - k_eff;
-          out = (ceil_mode ? (span + strides_[i] - 1) / strides_[i] : span / strides_[i]) + 1;
-          // A window must start inside the input or its left padding (ONNX/PyTorch rule).
-          if (ceil_mode && (out - 1) * strides_[i] >= in + pb) --out;
-        }
+        // ceil_mode: a window must start inside the input or its left padding (ONNX/PyTorch).
+        const ir::WindowAxis axis =
+            ir::WindowOutputAxis(in, kernel_[i], strides_[i], dilations_[i], pads[i],
+                                 pads[spatial_ + i], *auto_pad, ceil_mode);
+        const int64_t out = axis.out;
         if (out <= 0) {
           return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input ", x.shape.ToString(),
                                                          " is smaller than the pooling window"));
         }
-        pads_begin_[i] = pb;
-        pads_end_[i] = std::max<int64_t>(0, (out - 1) * strides_[i] + k_eff - in - pb);
-        if (auto_pad == "NOTSET") pads_end_[i] = pe;
+        pads_begin_[i] = axis.pad_begin;
+        pads_end_[i] = axis.pad_end;
         out_spatial_.push_back(out);
       }
     }
