@@ -131,9 +131,6 @@ class PlanSubgraphRunner : public kernels::SubgraphRunner {
       const Tensor* t = Resolve(outer_name);
       if (t == nullptr) {
         return absl::NotFoundError(absl::StrCat("subgraph '", graph.name, "' reads '",
-  if (!plan->options_.packed_constants) {
-    plan->options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
-  }
                                                 outer_name,
                                                 "', which no enclosing graph computes"));
       }
@@ -162,6 +159,9 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   std::shared_ptr<CompiledPlan> plan(new CompiledPlan());
   plan->graph_ = std::move(graph);
   plan->options_ = options;
+  if (!plan->options_.packed_constants) {
+    plan->options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
+  }
   plan->memory_limit_ = options.run_memory_budget_bytes != 0 ? options.run_memory_budget_bytes
                                                              : MemoryBudget::DefaultLimit();
   if (plan->options_.inter_op_pool == nullptr) plan->options_.inter_op_threads = 1;
@@ -277,7 +277,6 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       if (slot.kind == SlotKind::kDynamic) {
         shapes_known = false;
       } else {
-      prepare.packed_constants = options_.packed_constants.get();
         infos[i].dtype = slot.dtype;
         infos[i].shape = slot.shape;
       }
@@ -306,11 +305,11 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       prepare.node = &node;
       prepare.inputs = infos;
       prepare.intra_op_threads = options_.intra_op_threads;
+      prepare.packed_constants = options_.packed_constants.get();
       prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
       for (ValueId v : node.outputs) {
         prepare.output_layouts.push_back(v == kNoValue ? ir::MemoryLayout::kPlain
                                                        : graph.value(v).layout);
-      stats_.activation_reorders += prepare.activation_reorders;
       }
       absl::Status status = step.kernel->Prepare(prepare);
       if (!status.ok()) {
@@ -339,6 +338,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
         }
       }
       step.outputs_empty = AllOutputsEmpty(prepare);
+      stats_.activation_reorders += prepare.activation_reorders;
     } else {
       step.prepare_at_run_time = true;
     }
