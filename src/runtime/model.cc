@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -125,7 +126,8 @@ absl::StatusOr<ResolvedModelPath> ResolveModelPath(const std::string& path) {
 
 namespace {
 
-struct SignatureRuntime {
+struct SignatureRuntime final : SignatureHandle {
+  const SignatureInfo& signature_info() const override { return info; }
   SignatureInfo info;
   std::shared_ptr<const ir::Graph> graph;
   std::unique_ptr<exec::PlanCache> cache;
@@ -172,16 +174,70 @@ class ModelImpl : public Model {
     }
   }
 
+  absl::StatusOr<const SignatureHandle*> GetSignature(absl::string_view key) const override {
+    KILN_ASSIGN_OR_RETURN(const SignatureRuntime* sig, Find(key));
+    return sig;
+  }
+
+  absl::Status Run(const SignatureHandle& signature, absl::Span<const Tensor> inputs,
+                   std::vector<Tensor>* outputs, RunStats* stats) const override {
+    try {
+      return RunIndexed(static_cast<const SignatureRuntime&>(signature), inputs, outputs, stats);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("signature '", signature.signature_info().key,
+                       "': out of memory while running this request (the run memory budget is ",
+                       options_.run_memory_budget_bytes != 0 ? options_.run_memory_budget_bytes
+                                                             : MemoryBudget::DefaultLimit(),
+                       " bytes)"));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("signature '", signature.signature_info().key,
+                                              "': unexpected error: ", e.what()));
+    }
+  }
+
+  absl::Status RunIndexed(const SignatureRuntime& sig, absl::Span<const Tensor> inputs,
+                          std::vector<Tensor>* outputs, RunStats* stats) const {
+    const int64_t start = NowNanos();
+    const SignatureInfo& info = sig.info;
+    if (inputs.size() != info.input_keys.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("signature '", info.key, "' takes ", info.input_keys.size(), " inputs (",
+                       absl::StrJoin(info.input_keys, ", "), "), got ", inputs.size()));
+    }
+    // Shapes for the plan lookup; inline up to 8 inputs, so a warm run does not allocate here.
+    absl::InlinedVector<Shape, 8> shapes;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorInfo& expected = info.inputs.at(info.input_keys[i]);
+      const Tensor& t = inputs[i];
+      if (!t.valid() || t.dtype() != expected.dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", info.input_keys[i], "' must be ", ExpectedString(expected), ", got ",
+            t.valid() ? absl::StrCat(DTypeName(t.dtype()), t.shape().ToString())
+                      : std::string("no tensor")));
+      }
+      shapes.push_back(t.shape());
+    }
+    bool compiled = false;
+    auto plan = sig.cache->Get(shapes, &compiled);
+    if (!plan.ok()) return ExplainCompileError(sig, {shapes.begin(), shapes.end()}, plan.status());
+    absl::Status status = (*plan)->Run(inputs, outputs);
+    if (!status.ok()) return ExplainCompileError(sig, {shapes.begin(), shapes.end()}, status);
+    if (stats != nullptr) {
+      stats->compiled_plan = compiled;
+      stats->run_ns = NowNanos() - start;
+    }
+    return absl::OkStatus();
+  }
+
+  // The map form: names checked and ordered, then the index-based run.
   absl::StatusOr<std::map<std::string, Tensor>> RunUnguarded(
       absl::string_view signature, const std::map<std::string, Tensor>& inputs,
       const std::vector<std::string>& output_keys, RunStats* stats) const {
-    const int64_t start = NowNanos();
     KILN_ASSIGN_OR_RETURN(const SignatureRuntime* sig, Find(signature));
     const SignatureInfo& info = sig->info;
     std::vector<Tensor> ordered;
     ordered.reserve(info.input_keys.size());
-    std::vector<Shape> shapes;
-    shapes.reserve(info.input_keys.size());
     for (const auto& [key, tensor] : inputs) {
       if (info.inputs.count(key) == 0) {
         return absl::InvalidArgumentError(
@@ -198,21 +254,18 @@ class ModelImpl : public Model {
                                                        "' (expected ", ExpectedString(expected),
                                                        ")"));
       }
-      const Tensor& t = it->second;
-      if (t.dtype() != expected.dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", key, "' must be ", ExpectedString(expected), ", got ",
-            DTypeName(t.dtype()), t.shape().ToString()));
-      }
-      ordered.push_back(t);
-      shapes.push_back(t.shape());
+      ordered.push_back(it->second);
     }
-    bool compiled = false;
-    auto plan = sig->cache->Get(shapes, &compiled);
-    if (!plan.ok()) return ExplainCompileError(*sig, shapes, plan.status());
+    for (const std::string& key : output_keys) {
+      if (std::find(info.output_keys.begin(), info.output_keys.end(), key) ==
+          info.output_keys.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown output '", key, "' for signature '", info.key,
+                         "'; its outputs are: ", absl::StrJoin(info.output_keys, ", ")));
+      }
+    }
     std::vector<Tensor> outputs;
-    absl::Status status = (*plan)->Run(ordered, &outputs);
-    if (!status.ok()) return ExplainCompileError(*sig, shapes, status);
+    KILN_RETURN_IF_ERROR(RunIndexed(*sig, ordered, &outputs, stats));
     std::map<std::string, Tensor> result;
     if (output_keys.empty()) {
       for (size_t i = 0; i < info.output_keys.size(); ++i) {
@@ -221,17 +274,8 @@ class ModelImpl : public Model {
     } else {
       for (const std::string& key : output_keys) {
         auto pos = std::find(info.output_keys.begin(), info.output_keys.end(), key);
-        if (pos == info.output_keys.end()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("unknown output '", key, "' for signature '", info.key,
-                           "'; its outputs are: ", absl::StrJoin(info.output_keys, ", ")));
-        }
         result[key] = outputs[pos - info.output_keys.begin()];
       }
-    }
-    if (stats != nullptr) {
-      stats->compiled_plan = compiled;
-      stats->run_ns = NowNanos() - start;
     }
     return result;
   }
@@ -428,13 +472,13 @@ std::string ModelImpl::Inspect() const {
       absl::StrAppend(&out, "  planned memory: no plan for inputs ",
                       absl::StrJoin(shape_text, ", "), ": ", plan.status().message(), "\n");
     }
-  }
-  return out;
-}
     const kernels::PackedConstantCache& packed = rt.cache->packed_constants();
     absl::StrAppend(&out, "  packed weights: ", packed.bytes(), " bytes in ", packed.entries(),
                     " entries, shared by the signature's ", rt.cache->size(), " cached plans (",
                     packed.hits(), " reuses)\n");
+  }
+  return out;
+}
 
 }  // namespace
 

@@ -45,6 +45,16 @@ struct RunStats {
   int64_t run_ns = 0;
 };
 
+// A signature looked up once (Model::GetSignature), for the index-based Run. Valid as long as
+// its Model.
+class SignatureHandle {
+ public:
+  virtual const SignatureInfo& signature_info() const = 0;
+
+ protected:
+  ~SignatureHandle() = default;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -72,6 +82,14 @@ class Model {
   virtual absl::StatusOr<std::map<std::string, Tensor>> Run(
       absl::string_view signature, const std::map<std::string, Tensor>& inputs,
       const std::vector<std::string>& output_keys = {}, RunStats* stats = nullptr) const = 0;
+
+  // The index-based form, for callers that run one signature many times (servers, bindings,
+  // benchmarks): look the signature up once, then pass `inputs` in the order of
+  // signature_info().input_keys and get `outputs` in the order of its output_keys. No maps;
+  // errors are the map form's. The map form above is a wrapper of this one.
+  virtual absl::StatusOr<const SignatureHandle*> GetSignature(absl::string_view key) const = 0;
+  virtual absl::Status Run(const SignatureHandle& signature, absl::Span<const Tensor> inputs,
+                           std::vector<Tensor>* outputs, RunStats* stats = nullptr) const = 0;
 
   // Compiles the plan for these input shapes ahead of traffic.
   virtual absl::Status Precompile(absl::string_view signature,

@@ -233,8 +233,9 @@ class ConvKernel : public OpKernel {
     const memory::desc any_x(ToDnnlDims(x.shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc any_w(w_dims, memory::data_type::f32, memory::format_tag::any);
-    const memory::desc bias_desc =
-        has_bias_ ? memory::desc({m}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
+    bias_desc_ = has_bias_ ? memory::desc({m}, memory::data_type::f32, memory::format_tag::a)
+                           : memory::desc();
+    const memory::desc& bias_desc = bias_desc_;
     memory::dims strides(g.strides.begin(), g.strides.end());
     memory::dims dil;
     for (int64_t d : g.dilations) dil.push_back(d - 1);  // oneDNN counts dilation from 0
@@ -328,6 +329,7 @@ class ConvKernel : public OpKernel {
       w_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_w_desc_, engine, chosen_w));
     }
     ctx.scratch_bytes = offset;
+    ctx.activation_reorders = int{reorder_x_} + int{reorder_y_} + int{residual_to_dst_reorder_};
 
     if (residual_index_ >= 0) {
       const InputInfo& r = ctx.inputs[residual_index_];
@@ -337,7 +339,6 @@ class ConvKernel : public OpKernel {
                                                        out_shape.ToString()));
       }
     }
-    ctx.activation_reorders = int{reorder_x_} + int{reorder_y_} + int{residual_to_dst_reorder_};
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = out_shape;
@@ -378,50 +379,63 @@ class ConvKernel : public OpKernel {
       return absl::OkStatus();
     }
     ScopedDnnlThreads threads(ctx.intra_op_threads);
-    auto& engine = CpuEngine();
     auto& stream = ThreadStream();
     char* scratch = static_cast<char*>(ctx.scratch);
     const Tensor& x = ctx.inputs[0];
     const Tensor& w = ctx.inputs[1];
     Tensor& y = ctx.outputs[0];
 
-    dnnl::memory user_x(user_x_desc_, engine, x.raw_data());
-    dnnl::memory user_y(user_y_desc_, engine, y.raw_data());
-    dnnl::memory x_mem = reorder_x_ ? dnnl::memory(x_desc_, engine, scratch + x_offset_) : user_x;
-    dnnl::memory y_mem = reorder_y_ ? dnnl::memory(y_desc_, engine, scratch + y_offset_) : user_y;
-    dnnl::memory w_mem;
+    // Memory objects and arguments through oneDNN's C API: no heap block of Kiln's per call.
+    const RawMemory user_x(user_x_desc_, x.raw_data());
+    const RawMemory user_y(user_y_desc_, y.raw_data());
+    const RawMemory x_scratch = reorder_x_ ? RawMemory(x_desc_, scratch + x_offset_) : RawMemory();
+    const RawMemory y_scratch = reorder_y_ ? RawMemory(y_desc_, scratch + y_offset_) : RawMemory();
+    const dnnl_memory_t x_mem = reorder_x_ ? x_scratch.get() : user_x.get();
+    const dnnl_memory_t y_mem = reorder_y_ ? y_scratch.get() : user_y.get();
+    const RawMemory user_w(user_w_desc_, w.raw_data());
+    const RawMemory w_scratch =
+        reorder_w_ && !packed_w_ ? RawMemory(w_desc_, scratch + w_offset_) : RawMemory();
+    dnnl_memory_t w_mem = user_w.get();
     if (packed_w_) {
-      w_mem = *packed_w_;
+      w_mem = packed_w_->get();
     } else if (reorder_w_) {
-      dnnl::memory user_w(user_w_desc_, engine, w.raw_data());
-      w_mem = dnnl::memory(w_desc_, engine, scratch + w_offset_);
-      w_reorder_.execute(stream, user_w, w_mem);
-    } else {
-      w_mem = dnnl::memory(user_w_desc_, engine, w.raw_data());
+      w_mem = w_scratch.get();
+      ExecutePrimitive(w_reorder_, stream, {{DNNL_ARG_FROM, user_w.get()}, {DNNL_ARG_TO, w_mem}});
     }
-    if (reorder_x_) x_reorder_.execute(stream, user_x, x_mem);
+    if (reorder_x_) {
+      ExecutePrimitive(x_reorder_, stream, {{DNNL_ARG_FROM, user_x.get()}, {DNNL_ARG_TO, x_mem}});
+    }
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
+      void* y_data = reorder_y_ ? scratch + y_offset_ : y.raw_data();
       if (residual_to_dst_reorder_) {
-        dnnl::memory user_r(user_r_desc_, engine, r.raw_data());
-        residual_reorder_.execute(stream, user_r, y_mem);
-      } else if (y_mem.get_data_handle() != r.raw_data()) {
-        std::memcpy(y_mem.get_data_handle(), r.raw_data(), y_desc_.get_size());
+        const RawMemory user_r(user_r_desc_, r.raw_data());
+        ExecutePrimitive(residual_reorder_, stream,
+                         {{DNNL_ARG_FROM, user_r.get()}, {DNNL_ARG_TO, y_mem}});
+      } else if (y_data != r.raw_data()) {
+        std::memcpy(y_data, r.raw_data(), y_desc_.get_size());
       }
     }
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}};
-    dnnl::memory scratch_mem(scratch_desc_, engine, scratch + scratchpad_offset_);
-    args.emplace(DNNL_ARG_SCRATCHPAD, scratch_mem);
+    const RawMemory scratch_mem(scratch_desc_, scratch + scratchpad_offset_);
+    const RawMemory bias_mem =
+        has_bias_ ? RawMemory(bias_desc_, ctx.inputs[2].raw_data()) : RawMemory();
     if (has_bias_) {
-      const Tensor& b = ctx.inputs[2];
-      args.emplace(DNNL_ARG_BIAS,
-                   dnnl::memory(memory::desc({b.num_elements()}, memory::data_type::f32,
-                                             memory::format_tag::a),
-                                engine, b.raw_data()));
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, x_mem},
+                        {DNNL_ARG_WEIGHTS, w_mem},
+                        {DNNL_ARG_BIAS, bias_mem.get()},
+                        {DNNL_ARG_DST, y_mem},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+    } else {
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, x_mem},
+                        {DNNL_ARG_WEIGHTS, w_mem},
+                        {DNNL_ARG_DST, y_mem},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
     }
-    primitive_.execute(stream, args);
-    if (reorder_y_) y_reorder_.execute(stream, y_mem, user_y);
+    if (reorder_y_) {
+      ExecutePrimitive(y_reorder_, stream, {{DNNL_ARG_FROM, y_mem}, {DNNL_ARG_TO, user_y.get()}});
+    }
     stream.wait();
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
@@ -436,7 +450,7 @@ class ConvKernel : public OpKernel {
   ir::MemoryLayout y_layout_ = ir::MemoryLayout::kPlain;  // (only read when empty_work_)
   int residual_index_ = -1;
   memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,
-      scratch_desc_;
+      scratch_desc_, bias_desc_;
   bool reorder_x_ = false, reorder_y_ = false, reorder_w_ = false;
   bool residual_to_dst_reorder_ = false;
   size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;

@@ -43,6 +43,29 @@ memory::dims ToDnnlDims(const Shape& shape) {
 
 memory::dims ToDnnlDims(const std::vector<int64_t>& dims) { return memory::dims(dims.begin(), dims.end()); }
 
+RawMemory::RawMemory(const memory::desc& desc, const void* data) {
+  dnnl::error::wrap_c_api(
+      dnnl_memory_create(&memory_, &desc.data, CpuEngine().get(), const_cast<void*>(data)),
+      "could not create a memory object");
+}
+
+RawMemory::~RawMemory() {
+  if (memory_ != nullptr) dnnl_memory_destroy(memory_);
+}
+
+void* RawMemory::data() const {
+  void* handle = nullptr;
+  dnnl_memory_get_data_handle(memory_, &handle);
+  return handle;
+}
+
+void ExecutePrimitive(const dnnl::primitive& primitive, dnnl::stream& stream,
+                      std::initializer_list<dnnl_exec_arg_t> args) {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(primitive.get(), stream.get(),
+                                                 static_cast<int>(args.size()), args.begin()),
+                          "could not execute a primitive");
+}
+
 absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
     PackedConstantCache* cache, const ir::Node& node, const memory::desc& user, const void* data,
     const memory::desc& packed) {

@@ -94,6 +94,27 @@ absl::Status CatchDnnl(const ir::Node& node, Fn&& fn) {
   }
 }
 
+// A oneDNN memory object over bytes Kiln owns, for one Compute call, made through oneDNN's C
+// API: dnnl::memory adds a shared_ptr control block (a heap allocation per object per call).
+class RawMemory {
+ public:
+  RawMemory() = default;
+  RawMemory(const dnnl::memory::desc& desc, const void* data);
+  RawMemory(const RawMemory&) = delete;
+  RawMemory& operator=(const RawMemory&) = delete;
+  ~RawMemory();
+  dnnl_memory_t get() const { return memory_; }
+  void* data() const;
+
+ private:
+  dnnl_memory_t memory_ = nullptr;
+};
+
+// Runs `primitive` with `args` as oneDNN's C API takes them, from the caller's stack:
+// dnnl::primitive::execute takes an unordered_map and builds a vector from it on every call.
+void ExecutePrimitive(const dnnl::primitive& primitive, dnnl::stream& stream,
+                      std::initializer_list<dnnl_exec_arg_t> args);
+
 // `user` (a constant input's bytes) reordered into `packed`, the layout a primitive chose.
 // Through `cache` (PrepareContext::packed_constants) when there is one, so every plan of the
 // model shares one packed copy per node and layout; the kernel's own copy otherwise.

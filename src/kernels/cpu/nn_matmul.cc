@@ -196,11 +196,13 @@ class MatMulKernel : public OpKernel {
       const bool b_constant = ctx.inputs[1].constant != nullptr;
       const memory::desc b_any =
           b_constant ? memory::desc(b_dims, memory::data_type::f32, memory::format_tag::any) : user_b_desc_;
-      memory::desc bias_desc;
+      bias_desc_ = memory::desc();
       if (bias_index_ >= 0) {
-        bias_desc = batched_ ? memory::desc({1, 1, n}, memory::data_type::f32, memory::format_tag::abc)
-                             : memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab);
+        bias_desc_ = batched_
+                         ? memory::desc({1, 1, n}, memory::data_type::f32, memory::format_tag::abc)
+                         : memory::desc({1, n}, memory::data_type::f32, memory::format_tag::ab);
       }
+      const memory::desc& bias_desc = bias_desc_;
       dnnl::matmul::desc d(user_a_desc_, b_any, bias_desc, c_desc_);
       dnnl::matmul::primitive_desc pd(d, attr, engine);
       scratch_desc_ = pd.scratchpad_desc();
@@ -270,26 +272,33 @@ class MatMulKernel : public OpKernel {
     if (y.num_elements() == 0) return absl::OkStatus();
     if (empty_product_) return ComputeEmptyProduct(ctx);
     if (use_loop_) return LoopCompute(a, b, y);
-    auto& engine = CpuEngine();
     auto& stream = ThreadStream();
     if (c_index_ >= 0) FillC(ctx.inputs[c_index_], y.data<float>());
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
       if (r.raw_data() != y.raw_data()) std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
     }
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(user_a_desc_, engine, a.raw_data())},
-        {DNNL_ARG_WEIGHTS, packed_b_ ? *packed_b_ : dnnl::memory(b_desc_, engine, b.raw_data())},
-        {DNNL_ARG_DST, dnnl::memory(c_desc_, engine, y.raw_data())},
-        {DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc_, engine, ctx.scratch)}};
+    // Memory objects and arguments through oneDNN's C API: no heap block of Kiln's per call.
+    const RawMemory a_mem(user_a_desc_, a.raw_data());
+    const RawMemory b_mem = packed_b_ ? RawMemory() : RawMemory(b_desc_, b.raw_data());
+    const RawMemory c_mem(c_desc_, y.raw_data());
+    const RawMemory scratch_mem(scratch_desc_, ctx.scratch);
+    const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
     if (bias_index_ >= 0) {
-      const Tensor& bias = ctx.inputs[bias_index_];
-      const memory::desc bias_desc =
-          batched_ ? memory::desc({1, 1, n_}, memory::data_type::f32, memory::format_tag::abc)
-                   : memory::desc({1, n_}, memory::data_type::f32, memory::format_tag::ab);
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_desc, engine, bias.raw_data()));
+      const RawMemory bias_mem(bias_desc_, ctx.inputs[bias_index_].raw_data());
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, a_mem.get()},
+                        {DNNL_ARG_WEIGHTS, weights},
+                        {DNNL_ARG_BIAS, bias_mem.get()},
+                        {DNNL_ARG_DST, c_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+    } else {
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, a_mem.get()},
+                        {DNNL_ARG_WEIGHTS, weights},
+                        {DNNL_ARG_DST, c_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
     }
-    primitive_.execute(stream, args);
     stream.wait();
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
@@ -338,6 +347,7 @@ class MatMulKernel : public OpKernel {
   Shape c_shape_;
   std::vector<int64_t> a_batch_, b_batch_, out_batch_;
   memory::desc user_a_desc_, user_b_desc_, b_desc_, c_desc_, scratch_desc_;
+  memory::desc bias_desc_;
   std::shared_ptr<const dnnl::memory> packed_b_;  // shared by the model's plans
   dnnl::matmul primitive_;
 };
