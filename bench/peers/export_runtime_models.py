@@ -102,6 +102,18 @@ class Dlrm(nn.Module):
         return self.mlp(torch.cat([dense] + embedded, dim=1))
 
 
+class Mlp(nn.Module):
+    """1024-4096-4096-1024 with ReLU: 100 MB of fp32 weights, memory-bound at batch 1."""
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+            nn.Linear(4096, 1024))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
 def build(name):
     """Returns (module, example inputs, input names, output names)."""
     if name in ("resnet18", "mobilenet_v2"):
@@ -115,6 +127,8 @@ def build(name):
         dense = torch.randn(1, NUM_DENSE)
         sparse = torch.randint(0, 10, (1, NUM_SPARSE), dtype=torch.int64)
         return Dlrm(), (dense, sparse), ["dense", "sparse"], ["probability"]
+    if name == "mlp":
+        return Mlp(), (torch.randn(1, 1024),), ["x"], ["y"]
     raise ValueError(f"unknown model {name}")
 
 
@@ -130,7 +144,7 @@ def build_seeded(name):
     return model, example, input_names, output_names
 
 
-MODELS = ["resnet18", "mobilenet_v2", "bert4", "dlrm"]
+MODELS = ["resnet18", "mobilenet_v2", "bert4", "mlp", "dlrm"]
 
 
 def export_matmul(outdir, size):

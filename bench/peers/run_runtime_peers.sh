@@ -8,7 +8,7 @@
 # Needs: build/tools/kiln/kiln and build/bench/runtime/runtime_matmul_bench built;
 # (cd bench/peers && npm install --ignore-scripts onnxruntime-node@1.30.0).
 # Writes OUTDIR/models/*.onnx, OUTDIR/raw.jsonl (every measurement), OUTDIR/summary.json and
-# prints a table. Env: MODELS (default "resnet18 mobilenet_v2 bert4 dlrm"), SECONDS_PER (2),
+# prints a table. Env: MODELS (default "resnet18 mobilenet_v2 bert4 mlp dlrm"), SECONDS_PER (2),
 # THREADS (2), RUNTIMES (default "kiln ort torch"). Each figure is the median over rounds of
 # one process's p50 / items/s (>= 10 timed runs and SECONDS_PER seconds; PyTorch >= 3 runs, as
 # Debian's build does BERT-4 at batch 32 in ~16 s a run).
@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${1:?usage: run_runtime_peers.sh OUTDIR [ROUNDS]}"
 ROUNDS="${2:-2}"
-MODELS="${MODELS:-resnet18 mobilenet_v2 bert4 dlrm}"
+MODELS="${MODELS:-resnet18 mobilenet_v2 bert4 mlp dlrm}"
 SECONDS_PER="${SECONDS_PER:-2}"
 THREADS="${THREADS:-2}"
 RUNTIMES="${RUNTIMES:-kiln ort torch}"
