@@ -6,6 +6,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,10 +25,10 @@ class DrainTest(unittest.TestCase):
     def test_sigterm_turns_readiness_false_and_finishes_requests_in_flight(self):
         with tempfile.TemporaryDirectory() as root:
             model = dt.make_model_dir(root)
-            # A batch waits 1.5 s for more requests: a request is in flight when SIGTERM comes.
+            # A batch waits 3 s for more requests: a request is in flight when SIGTERM comes.
             params = os.path.join(root, "batching.config")
             with open(params, "w") as f:
-                f.write("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 1500000 }\n")
+                f.write("max_batch_size { value: 64 }\nbatch_timeout_micros { value: 3000000 }\n")
             rest = dt.free_port()
             log = tempfile.TemporaryFile()
             proc = subprocess.Popen(
@@ -45,7 +46,16 @@ class DrainTest(unittest.TestCase):
                     slow["reply"] = dt.predict(rest, [6.0])
                 thread = threading.Thread(target=predict)
                 thread.start()
-                time.sleep(0.5)  # the request waits in its batch
+                # The status page shows when the request waits in its batch queue.
+                deadline = time.monotonic() + 2.5
+                while time.monotonic() < deadline:
+                    page = dt.call(rest, "GET", "/status")[1].decode()
+                    if re.search(r">Predict</td><td class=\"n\">1</td><td class=\"n\">1</td>",
+                                 page):
+                        break
+                    time.sleep(0.01)
+                else:
+                    self.fail("the request never waited in a batch queue")
                 proc.send_signal(15)
                 time.sleep(0.2)
                 # New connections are refused at once...
