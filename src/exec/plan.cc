@@ -155,6 +155,8 @@ CompiledPlan::~CompiledPlan() = default;
 absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
     std::shared_ptr<const ir::Graph> graph, absl::Span<const Shape> input_shapes,
     const CompileOptions& options) {
+  // Two kernels for one op (a build mistake): refuse to guess which one should run.
+  KILN_RETURN_IF_ERROR(kernels::KernelRegistry::Global().status());
   const int64_t start = NowNanos();
   std::shared_ptr<CompiledPlan> plan(new CompiledPlan());
   plan->graph_ = std::move(graph);

@@ -198,6 +198,18 @@ KILN_REGISTER_KERNEL_CLASS("test", "Rendezvous", RendezvousKernel);
 
 }  // namespace
 
+KILN_KERNEL_FILE(exec_test_kernels);
+
+namespace {
+// The test kernels join the global registry before any test runs: this object file is linked
+// into each test that uses them, so its initializer runs (the library's kernels come from
+// the registry's own table).
+const bool kTestKernelsRegistered = [] {
+  KilnRegisterKernels_exec_test_kernels(&kernels::KernelRegistry::Global());
+  return true;
+}();
+}  // namespace
+
 ir::ValueId AddOp(ir::Graph& g, const std::string& op, std::vector<ir::ValueId> inputs,
                   std::map<std::string, ir::Attribute> attrs) {
   const ir::NodeId n = g.AddNode(op, std::move(inputs), 1, std::move(attrs), "", "test");

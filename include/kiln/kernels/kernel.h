@@ -7,8 +7,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,33 +131,65 @@ class OpKernel {
 
 using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<OpKernel>>(const ir::Node&)>;
 
-// Maps (domain, op) to the factory of its CPU kernel.
+// Maps (domain, op) to the factory of its CPU kernel. Global() is built on first use from an
+// explicit table of kernel files (src/kernels/cpu/kernel_files.inc), so linking the kernels
+// library is enough: no static initializers, no whole-archive linking.
 class KernelRegistry {
  public:
   static KernelRegistry& Global();
-  void Register(const std::string& domain, const std::string& op, KernelFactory factory);
+  // ALREADY_EXISTS when (domain, op) has a kernel: which of two would run must not depend on
+  // the order files are listed or linked. The first error is also kept for status().
+  absl::Status Register(const std::string& domain, const std::string& op, KernelFactory factory);
   // Null when no kernel is registered.
   const KernelFactory* Find(const std::string& domain, const std::string& op) const;
   std::vector<std::string> RegisteredOps() const;  // "domain::op" or "op", sorted
+  // The first failed registration (a duplicate): the plan compiler refuses to run on a
+  // registry that has one.
+  const absl::Status& status() const { return status_; }
+  // Names the kernel file whose registrations follow, for duplicate errors.
+  void set_source(std::string source) { source_ = std::move(source); }
 
  private:
-  std::map<std::string, KernelFactory> factories_;
+  struct Entry {
+    KernelFactory factory;
+    std::string source;
+  };
+  std::map<std::string, Entry> factories_;
+  std::string source_;
+  absl::Status status_;
 };
 
-struct KernelRegistration {
-  KernelRegistration(const char* domain, const char* op, KernelFactory factory) {
-    KernelRegistry::Global().Register(domain, op, std::move(factory));
-  }
-};
+namespace internal {
+template <int N>
+struct KernelSlot {};
+// Calls fn(KernelSlot<i>{}) for i in [0, N).
+template <int N, typename Fn>
+void ForEachKernelSlot(Fn&& fn) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (fn(KernelSlot<I>{}), ...);
+  }(std::make_integer_sequence<int, N>{});
+}
+}  // namespace internal
 
 }  // namespace kiln::kernels
 
-#define KILN_KERNEL_CONCAT_INNER(a, b) a##b
-#define KILN_KERNEL_CONCAT(a, b) KILN_KERNEL_CONCAT_INNER(a, b)
+// Kernel files declare their kernels with KILN_REGISTER_KERNEL lines and end with one
+// KILN_KERNEL_FILE(name) in the namespace of those lines; name is listed in
+// src/kernels/cpu/kernel_files.inc, the table KernelRegistry::Global() is built from.
+//
 // KILN_REGISTER_KERNEL("", "Relu", [](const ir::Node& n) -> absl::StatusOr<...> {...});
-#define KILN_REGISTER_KERNEL(domain, op, factory)                                          \
-  static ::kiln::kernels::KernelRegistration KILN_KERNEL_CONCAT(kiln_kernel_reg_, __COUNTER__)( \
-      domain, op, factory)
+// Each line defines an overload of KilnKernelEntry keyed by a KernelSlot<__COUNTER__>;
+// KILN_KERNEL_FILE defines the file's registration function (C linkage, so that the table
+// can name it from any namespace), which calls every overload the file defined.
+#define KILN_REGISTER_KERNEL(domain, op, factory) \
+  KILN_REGISTER_KERNEL_AT_SLOT(__COUNTER__, domain, op, factory)
+#define KILN_REGISTER_KERNEL_AT_SLOT(slot, domain, op, factory)                            \
+  [[maybe_unused]] static void KilnKernelEntry(::kiln::kernels::internal::KernelSlot<slot>, \
+                                               ::kiln::kernels::KernelRegistry& registry) {  \
+    /* A failure (a duplicate) is kept in registry.status(). */                             \
+    registry.Register(domain, op, factory).IgnoreError();                                   \
+  }                                                                                         \
+  static_assert(true)
 // For a kernel class constructible from `const ir::Node&`.
 #define KILN_REGISTER_KERNEL_CLASS(domain, op, Class)                                     \
   KILN_REGISTER_KERNEL(domain, op,                                                         \
@@ -163,3 +197,12 @@ struct KernelRegistration {
                            -> absl::StatusOr<std::unique_ptr<::kiln::kernels::OpKernel>> { \
                          return std::unique_ptr<::kiln::kernels::OpKernel>(new Class(node)); \
                        })
+#define KILN_KERNEL_FILE(name)                                                           \
+  extern "C" void KilnRegisterKernels_##name(::kiln::kernels::KernelRegistry* registry) { \
+    ::kiln::kernels::internal::ForEachKernelSlot<__COUNTER__>([registry](auto slot) {    \
+      if constexpr (requires { KilnKernelEntry(slot, *registry); }) {                    \
+        KilnKernelEntry(slot, *registry);                                                \
+      }                                                                                  \
+    });                                                                                  \
+  }                                                                                      \
+  static_assert(true)

@@ -22,8 +22,8 @@
 //  - Compute is repeatable (a second run gives equal outputs: kernels must not keep state);
 //  - where Prepare allows an output in place of an input, running it in place gives the
 //    same result as running it out of place.
-// Link the test with "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_kernels_cpu>" so that kernels
-// registered in other files are found.
+// Link the test with kiln_kernels_cpu: KernelRegistry::Global() holds every kernel of the
+// library (its table of kernel files, not static initializers, registers them).
 #pragma once
 
 #include <cstdlib>

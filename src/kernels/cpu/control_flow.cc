@@ -331,4 +331,7 @@ KILN_REGISTER_KERNEL_CLASS("", "Loop", LoopKernel);
 KILN_REGISTER_KERNEL_CLASS("", "Scan", ScanKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(control_flow);
+
 }  // namespace kiln::kernels

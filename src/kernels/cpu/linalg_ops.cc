@@ -77,4 +77,7 @@ class DetKernel : public MathKernel {
 KILN_REGISTER_KERNEL_CLASS("", "Det", DetKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(linalg_ops);
+
 }  // namespace kiln::kernels::linalg

@@ -228,4 +228,7 @@ KILN_REGISTER_KERNEL_CLASS("", "NegativeLogLikelihoodLoss", NllLossKernel);
 KILN_REGISTER_KERNEL_CLASS("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(loss_ops);
+
 }  // namespace kiln::kernels::loss

@@ -580,4 +580,7 @@ KILN_BINARY("kiln", "SquaredDifference", kSquaredDifference);
 KILN_REGISTER_KERNEL_CLASS("", "Where", WhereKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_binary);
+
 }  // namespace kiln::kernels::math

@@ -256,4 +256,7 @@ KILN_REGISTER_KERNEL("", "CastLike",
                      });
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_cast);
+
 }  // namespace kiln::kernels::math

@@ -290,4 +290,7 @@ class FusedElementwiseKernel : public MathKernel {
 KILN_REGISTER_KERNEL_CLASS(kFusedElementwiseDomain, kFusedElementwiseOp, FusedElementwiseKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_fused);
+
 }  // namespace kiln::kernels::math

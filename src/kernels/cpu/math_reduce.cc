@@ -621,4 +621,7 @@ KILN_REGISTER_KERNEL("", "ArgMin", [](const ir::Node& n) -> absl::StatusOr<std::
 KILN_REGISTER_KERNEL_CLASS("", "CumSum", CumSumKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_reduce);
+
 }  // namespace kiln::kernels::math

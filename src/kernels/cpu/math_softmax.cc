@@ -184,4 +184,7 @@ KILN_REGISTER_KERNEL("", "LogSoftmax", SoftmaxFactory(SoftmaxKind::kLogSoftmax))
 KILN_REGISTER_KERNEL("", "Hardmax", SoftmaxFactory(SoftmaxKind::kHardmax));
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_softmax);
+
 }  // namespace kiln::kernels::math

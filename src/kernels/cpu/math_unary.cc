@@ -356,4 +356,7 @@ KILN_REGISTER_KERNEL("", "BitwiseNot",
                      });
 
 }  // namespace
+
+KILN_KERNEL_FILE(math_unary);
+
 }  // namespace kiln::kernels::math

@@ -473,6 +473,9 @@ KILN_REGISTER_KERNEL("", "ConvTranspose",
                      });
 
 }  // namespace
+
+KILN_KERNEL_FILE(nn_conv);
+
 }  // namespace kiln::kernels::nn
 
 namespace kiln::kernels {

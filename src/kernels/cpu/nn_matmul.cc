@@ -363,4 +363,7 @@ KILN_REGISTER_KERNEL("kiln", "FusedMatMul", MakeMatMul<Flavor::kFusedMatMul>);
 KILN_REGISTER_KERNEL("kiln", "FusedGemm", MakeMatMul<Flavor::kFusedGemm>);
 
 }  // namespace
+
+KILN_KERNEL_FILE(nn_matmul);
+
 }  // namespace kiln::kernels::nn

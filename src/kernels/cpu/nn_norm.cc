@@ -391,4 +391,7 @@ KILN_REGISTER_KERNEL_CLASS("", "LRN", LrnKernel);
 KILN_REGISTER_KERNEL_CLASS("", "MeanVarianceNormalization", MvnKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(nn_norm);
+
 }  // namespace kiln::kernels::nn

@@ -496,4 +496,7 @@ KILN_REGISTER_KERNEL("", "GlobalAveragePool", (MakePool<PoolKind::kAverage, true
 KILN_REGISTER_KERNEL("", "GlobalLpPool", (MakePool<PoolKind::kLp, true>));
 
 }  // namespace
+
+KILN_KERNEL_FILE(nn_pool);
+
 }  // namespace kiln::kernels::nn

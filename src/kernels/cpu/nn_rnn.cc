@@ -295,4 +295,7 @@ KILN_REGISTER_KERNEL("", "GRU", MakeRnn<Cell::kGru>);
 KILN_REGISTER_KERNEL("", "RNN", MakeRnn<Cell::kRnn>);
 
 }  // namespace
+
+KILN_KERNEL_FILE(nn_rnn);
+
 }  // namespace kiln::kernels::nn

@@ -7,7 +7,8 @@
 // integer ops in int32); requantization scales in float, as the reference does.
 //
 // These are correctness kernels for imported quantized models (plain loops over the
-// output); fast int8 inference goes through the optimizer's oneDNN path, not through them.
+// output). No optimizer pass rewrites them onto oneDNN's int8 primitives yet, so a quantized
+// model runs at the speed of these loops.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -692,4 +693,7 @@ KILN_REGISTER_KERNEL_CLASS("", "ConvInteger", ConvIntegerKernel);
 KILN_REGISTER_KERNEL_CLASS("", "QLinearConv", QLinearConvKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(quantize_ops);
+
 }  // namespace kiln::kernels::quantize

@@ -1,44 +1,67 @@
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
+
+// Each kernel file's registration function (KILN_KERNEL_FILE in kiln/kernels/kernel.h).
+#define KILN_KERNEL_FILE_ENTRY(name) \
+  extern "C" void KilnRegisterKernels_##name(::kiln::kernels::KernelRegistry* registry);
+#include "kernels/cpu/kernel_files.inc"
+#undef KILN_KERNEL_FILE_ENTRY
 
 namespace kiln::kernels {
 namespace {
 std::string RegistryKey(const std::string& domain, const std::string& op) {
   return domain.empty() ? op : domain + "::" + op;
 }
+
+struct KernelFile {
+  const char* name;
+  void (*register_kernels)(KernelRegistry*);
+};
+
+constexpr KernelFile kKernelFiles[] = {
+#define KILN_KERNEL_FILE_ENTRY(name) {#name, &KilnRegisterKernels_##name},
+#include "kernels/cpu/kernel_files.inc"
+#undef KILN_KERNEL_FILE_ENTRY
+};
 }  // namespace
 
 KernelRegistry& KernelRegistry::Global() {
-  // Never destroyed: registrations run from static initializers of other files, and lookups
-  // may happen from threads that outlive main's statics.
-  static KernelRegistry* registry = new KernelRegistry();
+  // Built once, on first use, from the table above. Never destroyed: lookups may happen from
+  // threads that outlive main's statics.
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    for (const KernelFile& file : kKernelFiles) {
+      r->set_source(file.name);
+      file.register_kernels(r);
+    }
+    r->set_source("");
+    return r;
+  }();
   return *registry;
 }
 
-void KernelRegistry::Register(const std::string& domain, const std::string& op,
-                              KernelFactory factory) {
+absl::Status KernelRegistry::Register(const std::string& domain, const std::string& op,
+                                      KernelFactory factory) {
   const std::string key = RegistryKey(domain, op);
-  if (factories_.count(key) > 0) {
-    // Two kernels for one op is a build mistake; say so rather than silently picking one.
-    std::fprintf(stderr, "kiln: kernel for %s registered twice; keeping the first\n",
-                 key.c_str());
-    return;
-  }
-  factories_.emplace(key, std::move(factory));
+  auto [it, inserted] = factories_.try_emplace(key, Entry{std::move(factory), source_});
+  if (inserted) return absl::OkStatus();
+  absl::Status duplicate =
+      absl::AlreadyExistsError(absl::StrCat("kernel for ", key, " registered twice: by '",
+                                            it->second.source, "' and by '", source_, "'"));
+  if (status_.ok()) status_ = duplicate;
+  return duplicate;
 }
 
 const KernelFactory* KernelRegistry::Find(const std::string& domain, const std::string& op) const {
   auto it = factories_.find(RegistryKey(domain, op));
-  return it == factories_.end() ? nullptr : &it->second;
+  return it == factories_.end() ? nullptr : &it->second.factory;
 }
 
 std::vector<std::string> KernelRegistry::RegisteredOps() const {
   std::vector<std::string> ops;
   ops.reserve(factories_.size());
-  for (const auto& [key, factory] : factories_) ops.push_back(key);
+  for (const auto& [key, entry] : factories_) ops.push_back(key);
   return ops;  // std::map keeps them sorted
 }
 

@@ -151,4 +151,7 @@ class ScanBatchedKernel : public OpKernel {
 KILN_REGISTER_KERNEL_CLASS("kiln", "ScanBatched", ScanBatchedKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(scan_batched);
+
 }  // namespace kiln::kernels

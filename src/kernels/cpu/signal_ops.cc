@@ -451,4 +451,7 @@ KILN_REGISTER_KERNEL_CLASS("", "DFT", DftKernel);
 KILN_REGISTER_KERNEL_CLASS("", "STFT", StftKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(signal_ops);
+
 }  // namespace kiln::kernels::signal

@@ -431,4 +431,7 @@ class EinsumKernel : public TensorKernel {
 KILN_REGISTER_KERNEL_CLASS("", "Einsum", EinsumKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_einsum);
+
 }  // namespace kiln::kernels::tensor_ops

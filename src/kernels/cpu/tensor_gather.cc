@@ -623,4 +623,7 @@ KILN_REGISTER_KERNEL_CLASS("", "OneHot", OneHotKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", "GatherV2", GatherV2Kernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_gather);
+
 }  // namespace kiln::kernels::tensor_ops

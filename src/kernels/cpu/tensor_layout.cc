@@ -546,4 +546,7 @@ KILN_REGISTER_KERNEL_CLASS("", "Split", SplitKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", "StridedSlice", StridedSliceKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_layout);
+
 }  // namespace kiln::kernels::tensor_ops

@@ -476,4 +476,7 @@ KILN_REGISTER_KERNEL_CLASS("kiln", "MirrorPad", MirrorPadKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", "Bucketize", BucketizeKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_pad);
+
 }  // namespace kiln::kernels::tensor_ops

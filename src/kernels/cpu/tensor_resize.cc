@@ -541,4 +541,7 @@ KILN_REGISTER_KERNEL(
     });
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_resize);
+
 }  // namespace kiln::kernels::tensor_ops

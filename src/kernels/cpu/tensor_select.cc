@@ -309,4 +309,7 @@ KILN_REGISTER_KERNEL_CLASS("", "TopK", TopKKernel);
 KILN_REGISTER_KERNEL_CLASS("", "Unique", UniqueKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_select);
+
 }  // namespace kiln::kernels::tensor_ops

@@ -690,4 +690,7 @@ KILN_REGISTER_KERNEL_CLASS("kiln", "Fill", FillKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", "BroadcastTo", BroadcastToKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tensor_shape);
+
 }  // namespace kiln::kernels::tensor_ops

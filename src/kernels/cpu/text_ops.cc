@@ -126,4 +126,7 @@ class TfIdfVectorizerKernel : public MathKernel {
 KILN_REGISTER_KERNEL_CLASS("", "TfIdfVectorizer", TfIdfVectorizerKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(text_ops);
+
 }  // namespace kiln::kernels::text

@@ -121,4 +121,7 @@ class HashTableLookupKernel : public OpKernel {
 KILN_REGISTER_KERNEL_CLASS("kiln", "HashTableLookup", HashTableLookupKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_lookup);
+
 }  // namespace kiln::kernels

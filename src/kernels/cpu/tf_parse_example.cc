@@ -131,4 +131,7 @@ class ParseExampleKernel : public OpKernel {
 KILN_REGISTER_KERNEL_CLASS("kiln", "ParseExample", ParseExampleKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_parse_example);
+
 }  // namespace kiln::kernels

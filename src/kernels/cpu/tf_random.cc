@@ -55,4 +55,7 @@ class RandomUniformKernel : public OpKernel {
 KILN_REGISTER_KERNEL_CLASS("kiln", "RandomUniform", RandomUniformKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_random);
+
 }  // namespace kiln::kernels

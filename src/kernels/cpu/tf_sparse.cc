@@ -338,4 +338,7 @@ KILN_REGISTER_KERNEL_CLASS("kiln", "UpperBound", UpperBoundKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", "AsString", AsStringKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_sparse);
+
 }  // namespace kiln::kernels

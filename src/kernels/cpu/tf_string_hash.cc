@@ -191,4 +191,7 @@ class StringToHashBucketFastKernel : public OpKernel {
 KILN_REGISTER_KERNEL_CLASS("kiln", "StringToHashBucketFast", StringToHashBucketFastKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_string_hash);
+
 }  // namespace kiln::kernels

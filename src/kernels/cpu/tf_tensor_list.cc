@@ -177,4 +177,7 @@ KILN_REGISTER_KERNEL_CLASS("kiln", "TensorListSetItem", TensorListSetItemKernel)
 KILN_REGISTER_KERNEL_CLASS("kiln", "SelectCondition", SelectConditionKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(tf_tensor_list);
+
 }  // namespace kiln::kernels

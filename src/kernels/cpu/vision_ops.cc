@@ -566,4 +566,7 @@ KILN_REGISTER_KERNEL_CLASS("", "GridSample", GridSampleKernel);
 KILN_REGISTER_KERNEL_CLASS("", "MaxUnpool", MaxUnpoolKernel);
 
 }  // namespace
+
+KILN_KERNEL_FILE(vision_ops);
+
 }  // namespace kiln::kernels::vision
