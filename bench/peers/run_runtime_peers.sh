@@ -9,7 +9,9 @@
 # (cd bench/peers && npm install --ignore-scripts onnxruntime-node@1.30.0).
 # Writes OUTDIR/models/*.onnx, OUTDIR/raw.jsonl (every measurement), OUTDIR/summary.json and
 # prints a table. Env: MODELS (default "resnet18 mobilenet_v2 bert4 mlp dlrm"), SECONDS_PER (2),
-# THREADS (2), RUNTIMES (default "kiln ort torch"). Each figure is the median over rounds of
+# THREADS (2), RUNTIMES (default "kiln ort torch"; "kiln_avx2" adds Kiln capped to AVX2 with
+# --isa=avx2, to measure the AVX2 path on an AVX-512 machine). Each model's GFLOP/s (from
+# model_flops.py) is printed beside the machine's measured GEMM rate (dnnl_sgemm, 2048^3). Each figure is the median over rounds of
 # one process's p50 / items/s (>= 10 timed runs and SECONDS_PER seconds; PyTorch >= 3 runs, as
 # Debian's build does BERT-4 at batch 32 in ~16 s a run).
 set -euo pipefail
@@ -20,8 +22,8 @@ MODELS="${MODELS:-resnet18 mobilenet_v2 bert4 mlp dlrm}"
 SECONDS_PER="${SECONDS_PER:-2}"
 THREADS="${THREADS:-2}"
 RUNTIMES="${RUNTIMES:-kiln ort torch}"
-KILN="$ROOT/build/tools/kiln/kiln"
-MATMUL="$ROOT/build/bench/runtime/runtime_matmul_bench"
+KILN="${KILN:-$ROOT/build/tools/kiln/kiln}"  # a copy, when the build may change under the run
+MATMUL="${MATMUL:-$ROOT/build/bench/runtime/runtime_matmul_bench}"
 PY=/usr/bin/python3
 for f in "$KILN" "$MATMUL"; do
   [ -x "$f" ] || { echo "missing $f: build it with /tmp/kb kiln runtime_matmul_bench" >&2; exit 1; }
@@ -56,6 +58,8 @@ for round in $(seq 1 "$ROUNDS"); do
       case "$runtime" in
         kiln) record kiln "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
                 --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" ;;
+        kiln_avx2) record kiln_avx2 "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
+                --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" --isa avx2 ;;
         ort) record ort "$model" "$round" node "$ROOT/bench/peers/ort_bench.js" "$onnx" \
                --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
         torch) record torch "$model" "$round" $PY "$ROOT/bench/peers/torch_bench.py" "$onnx" \
@@ -70,10 +74,14 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "{\"uptime_end\": \"$(uptime)\"}" >> "$OUT/load.json"
+$PY "$ROOT/bench/peers/model_flops.py" $(for m in $MODELS; do echo "$OUT/models/$m.onnx"; done) \
+  > "$OUT/flops.jsonl"
 
-$PY - "$RAW" "$OUT/summary.json" "$OUT/load.json" <<'PYEOF'
-import json, statistics, sys
-raw, summary_path, load_path = sys.argv[1:4]
+$PY - "$RAW" "$OUT/summary.json" "$OUT/load.json" "$OUT/flops.jsonl" <<'PYEOF'
+import json, os, statistics, sys
+raw, summary_path, load_path, flops_path = sys.argv[1:5]
+flops = {os.path.basename(j["model"])[:-5]: j["flops_per_item"]
+         for j in map(json.loads, open(flops_path))}
 rows = [json.loads(l) for l in open(raw) if l.strip()]
 # (model, runtime, batch) -> lists across rounds
 p50, ips, mm = {}, {}, {}
@@ -89,21 +97,29 @@ med = lambda v: statistics.median(v) if v else None
 models = list(dict.fromkeys(r["model"] for r in rows if not r["model"].startswith("matmul_")))
 summary = {"models": {}, "matmul": {}, "load": [json.loads(l) for l in open(load_path)]}
 def ratio(a, b): return round(a / b, 2) if a and b else None
-print(f"{'model':13} {'metric':16} {'kiln':>10} {'ort':>10} {'torch':>10} {'kiln/ort':>9} {'kiln/torch':>10}")
+RTS = ("kiln", "kiln_avx2", "ort", "torch")
+print(f"{'model':13} {'metric':12} {'kiln':>9} {'kiln_avx2':>9} {'ort':>9} {'torch':>9} "
+      f"{'kiln/ort':>8} {'avx2/ort':>8} {'kiln/torch':>10} {'kiln GFLOP/s':>12}")
 for m in models:
-    entry = summary["models"].setdefault(m, {})
+    entry = summary["models"].setdefault(m, {"gflop_per_item": flops.get(m, 0) / 1e9})
     for batch, metric, table, better_low in ((1, "b1 p50 ms", p50, True), (32, "b32 items/s", ips, False)):
-        vals = {rt: med(table.get((m, rt, batch), [])) for rt in ("kiln", "ort", "torch")}
+        vals = {rt: med(table.get((m, rt, batch), [])) for rt in RTS}
         # Ratios are "times faster than the peer": > 1 means Kiln wins.
         if better_low:
-            r_ort, r_torch = ratio(vals["ort"], vals["kiln"]), ratio(vals["torch"], vals["kiln"])
+            rat = lambda rt, peer: ratio(vals[peer], vals[rt])
+            gflops = flops.get(m, 0) / 1e6 / vals["kiln"] if vals["kiln"] else None
         else:
-            r_ort, r_torch = ratio(vals["kiln"], vals["ort"]), ratio(vals["kiln"], vals["torch"])
-        entry[metric] = {**vals, "kiln_vs_ort": r_ort, "kiln_vs_torch": r_torch,
-                         "rounds": {rt: table.get((m, rt, batch), []) for rt in ("kiln", "ort", "torch")}}
+            rat = lambda rt, peer: ratio(vals[rt], vals[peer])
+            gflops = flops.get(m, 0) * vals["kiln"] / 1e9 if vals["kiln"] else None
+        entry[metric] = {**vals, "kiln_vs_ort": rat("kiln", "ort"),
+                         "kiln_avx2_vs_ort": rat("kiln_avx2", "ort"),
+                         "kiln_vs_torch": rat("kiln", "torch"), "kiln_gflops": gflops,
+                         "rounds": {rt: table.get((m, rt, batch), []) for rt in RTS}}
         f = lambda v: "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.0f}")
         g = lambda v: "-" if v is None else f"{v:.2f}x"
-        print(f"{m:13} {metric:16} {f(vals['kiln']):>10} {f(vals['ort']):>10} {f(vals['torch']):>10} {g(r_ort):>9} {g(r_torch):>10}")
+        print(f"{m:13} {metric:12} {f(vals['kiln']):>9} {f(vals['kiln_avx2']):>9} {f(vals['ort']):>9} "
+              f"{f(vals['torch']):>9} {g(rat('kiln', 'ort')):>8} {g(rat('kiln_avx2', 'ort')):>8} "
+              f"{g(rat('kiln', 'torch')):>10} {f(gflops):>12}")
 for name, results in mm.items():
     k = statistics.median(r["kiln_gflops"] for r in results)
     s = statistics.median(r["dnnl_sgemm_gflops"] for r in results)
