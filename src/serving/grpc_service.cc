@@ -48,6 +48,19 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> LookupProto(ServerCore* c
   return core->Lookup(ref);
 }
 
+// The version and the key of the signature `name` names ("" = serving_default) in
+// `servable`, when the signature exists: the labels of the per-signature latency.
+struct Resolved {
+  std::string version;
+  std::string signature;
+};
+void Resolve(const ServableVersion& servable, const std::string& name, Resolved* out) {
+  auto found = FindServingSignature(servable.model(), name);
+  if (!found.ok()) return;
+  out->version = std::to_string(servable.version());
+  out->signature = (*found)->key;
+}
+
 void FillSpec(const ServableVersion& servable, const std::string& signature, ModelSpec* spec) {
   spec->set_name(servable.name());
   spec->mutable_version()->set_value(servable.version());
@@ -57,18 +70,25 @@ void FillSpec(const ServableVersion& servable, const std::string& signature, Mod
 }  // namespace
 
 void PredictionServiceImpl::Record(const std::string& model, const char* api,
-                                   const absl::Status& status, int64_t start_ns) {
+                                   const absl::Status& status, int64_t start_ns,
+                                   const std::string& version, const std::string& signature) {
   if (metrics_ == nullptr) return;
+  const double micros = (NowNanos() - start_ns) / 1e3;
   metrics_->request_count.Increment({model, StatusCodeName(status.code())});
-  metrics_->request_latency.Observe({model, api, "GRPC"}, (NowNanos() - start_ns) / 1e3);
+  metrics_->request_latency.Observe({model, api, "GRPC"}, micros);
+  if (!signature.empty()) {
+    metrics_->signature_request_latency.Observe({model, version, signature, api, "GRPC"}, micros);
+  }
 }
 
 grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictRequest* request,
                                             PredictResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
+  Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    Resolve(*servable, request->model_spec().signature_name(), &resolved);
     std::map<std::string, Tensor> inputs;
     for (const auto& [key, proto] : request->inputs()) {
       KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
@@ -84,7 +104,8 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
     FillSpec(*servable, result.signature->key, response->mutable_model_spec());
     return absl::OkStatus();
   });
-  Record(request->model_spec().name(), "predict", status, start_ns);
+  Record(request->model_spec().name(), "predict", status, start_ns, resolved.version,
+         resolved.signature);
   return ToGrpcStatus(status);
 }
 
@@ -93,8 +114,10 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
                                              ClassificationResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
+  Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    Resolve(*servable, request->model_spec().signature_name(), &resolved);
     KILN_ASSIGN_OR_RETURN(
         *response->mutable_result(),
         RunClassify(*servable, request->model_spec().signature_name(), request->input()));
@@ -102,7 +125,8 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
   });
-  Record(request->model_spec().name(), "classify", status, start_ns);
+  Record(request->model_spec().name(), "classify", status, start_ns, resolved.version,
+         resolved.signature);
   return ToGrpcStatus(status);
 }
 
@@ -110,8 +134,10 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const Regressi
                                             RegressionResponse* response) {
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
+  Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
+    Resolve(*servable, request->model_spec().signature_name(), &resolved);
     KILN_ASSIGN_OR_RETURN(
         *response->mutable_result(),
         RunRegress(*servable, request->model_spec().signature_name(), request->input()));
@@ -119,7 +145,8 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const Regressi
     FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
     return absl::OkStatus();
   });
-  Record(request->model_spec().name(), "regress", status, start_ns);
+  Record(request->model_spec().name(), "regress", status, start_ns, resolved.version,
+         resolved.signature);
   return ToGrpcStatus(status);
 }
 

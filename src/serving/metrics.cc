@@ -120,8 +120,8 @@ void MetricFamily::AppendPrometheus(std::string* out) const {
 }
 
 ServingMetrics::ServingMetrics()
-    : request_count(":tensorflow:serving:request_count",
-                    "The total number of requests.", {"model_name", "status"}),
+    : request_count(":tensorflow:serving:request_count", "The total number of requests.",
+                    {"model_name", "status"}),
       request_latency(":tensorflow:serving:request_latency",
                       "Distribution of wall time (in microseconds) for Tensorflow Serving "
                       "request.",
@@ -149,10 +149,16 @@ ServingMetrics::ServingMetrics()
                    {"model_name"}, LinearBuckets(0, 4, 64)),
       queuing_latency(":tensorflow:serving:batching_session:queuing_latency",
                       "Tracks the latency spent in the batching queue (in microseconds).",
-                      {"model_name"}, ExponentialBuckets(10, 1.8, 33)) {
-  all_ = {&request_count,        &request_latency, &runtime_latency,
-          &load_attempt_count,   &load_latency,    &model_warmup_latency,
-          &batch_size,           &padding_size,    &queuing_latency};
+                      {"model_name"}, ExponentialBuckets(10, 1.8, 33)),
+      signature_request_latency(
+          ":kiln:serving:signature_request_latency",
+          "Distribution of wall time (in microseconds) for requests, per model version and "
+          "signature.",
+          {"model_name", "version", "signature", "API", "entrypoint"},
+          ExponentialBuckets(10, 1.8, 33)) {
+  all_ = {&request_count,   &request_latency,          &runtime_latency, &load_attempt_count,
+          &load_latency,    &model_warmup_latency,     &batch_size,      &padding_size,
+          &queuing_latency, &signature_request_latency};
 }
 
 std::string ServingMetrics::ToPrometheusText() const {

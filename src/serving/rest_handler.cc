@@ -302,6 +302,15 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
       code = status.code();
       return ErrorResponse(status);
     };
+    // The version and signature the request resolved to, for the per-signature latency.
+    std::string signature;
+    int64_t version = 0;
+    auto resolve = [&](const ServableVersion& servable, absl::string_view name) {
+      auto found = FindServingSignature(servable.model(), name);
+      if (!found.ok()) return;
+      signature = (*found)->key;
+      version = servable.version();
+    };
     HttpResponse response = [&]() -> HttpResponse {
       auto servable = core_->Lookup(*spec);
       if (!servable.ok()) return fail(servable.status());
@@ -311,6 +320,7 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
           return FindServingSignature(model, name);
         });
         if (!parsed.ok()) return fail(parsed.status());
+        resolve(**servable, parsed->signature_name);
         auto result = RunPredict(**servable, parsed->signature_name, std::move(parsed->inputs), {});
         if (!result.ok()) return fail(result.status());
         auto body = WritePredictResponse(result->outputs, result->output_order, parsed->format);
@@ -319,6 +329,7 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
       }
       auto parsed = ParseExamplesRequest(request.body);
       if (!parsed.ok()) return fail(parsed.status());
+      resolve(**servable, parsed->signature_name);
       const tensorflow::serving::Input input = InputFromJson(*parsed);
       std::string out = "{\"results\": [";
       if (verb == "classify") {
@@ -351,7 +362,12 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
     }();
     if (metrics_ != nullptr) {
       metrics_->request_count.Increment({spec->name, StatusCodeName(code)});
-      metrics_->request_latency.Observe({spec->name, verb, "REST"}, (NowNanos() - start_ns) / 1e3);
+      const double micros = (NowNanos() - start_ns) / 1e3;
+      metrics_->request_latency.Observe({spec->name, verb, "REST"}, micros);
+      if (!signature.empty()) {
+        metrics_->signature_request_latency.Observe(
+            {spec->name, std::to_string(version), signature, verb, "REST"}, micros);
+      }
     }
     return response;
   }
@@ -453,8 +469,10 @@ HttpResponse RestHandler::HandleV2(const HttpRequest& request, absl::string_view
   if (metrics_ != nullptr) {
     metrics_->request_count.Increment(
         {spec->name, StatusCodeName(result.ok() ? absl::StatusCode::kOk : result.status().code())});
-    metrics_->request_latency.Observe({spec->name, "predict", "REST"},
-                                      (NowNanos() - start_ns) / 1e3);
+    const double micros = (NowNanos() - start_ns) / 1e3;
+    metrics_->request_latency.Observe({spec->name, "predict", "REST"}, micros);
+    metrics_->signature_request_latency.Observe(
+        {spec->name, version, (*signature)->key, "predict", "REST"}, micros);
   }
   if (!result.ok()) return ErrorResponse(result.status());
   std::string out = "{\"model_name\": ";

@@ -155,7 +155,7 @@ HttpResponse StatusPage::Handle(const HttpRequest& request) const {
 
 std::string StatusPage::Render() const {
   Sample now{Clock::now(), {}};
-  for (auto& series : metrics_->request_latency.Snapshot()) {
+  for (auto& series : metrics_->signature_request_latency.Snapshot()) {
     now.buckets[series.label_values] = std::move(series.bucket_counts);
   }
   std::string live;
@@ -228,14 +228,16 @@ std::string StatusPage::RenderLive(const Sample& now, const Sample* before) cons
   }
   absl::StrAppend(&out, "</table>\n");
 
-  // Requests: counts by status, and rates and latencies from the latency histograms.
+  // Requests per model version and signature: count, rate and latencies from the
+  // per-signature latency histograms; then counts by status (TF Serving's counter, which also
+  // counts requests that failed before a version and signature resolved).
   const double window_s =
       before == nullptr ? 0 : std::chrono::duration<double>(now.time - before->time).count();
   absl::StrAppend(&out,
-                  "<h2>Requests</h2>\n<table id=\"requests\"><tr><th>model</th><th>API</th>"
-                  "<th>entrypoint</th><th>requests</th><th>req/s</th><th>p50 ms</th><th>p90 ms</th>"
-                  "<th>p99 ms</th></tr>\n");
-  const std::vector<double>& bounds = metrics_->request_latency.buckets();
+                  "<h2>Requests</h2>\n<table id=\"requests\"><tr><th>model</th><th>version</th>"
+                  "<th>signature</th><th>API</th><th>entrypoint</th><th>requests</th><th>req/s</th>"
+                  "<th>p50 ms</th><th>p90 ms</th><th>p99 ms</th></tr>\n");
+  const std::vector<double>& bounds = metrics_->signature_request_latency.buckets();
   bool any = false;
   for (const auto& [labels, counts] : now.buckets) {
     any = true;
@@ -254,8 +256,10 @@ std::string StatusPage::RenderLive(const Sample& now, const Sample* before) cons
     uint64_t in_window = 0;
     for (uint64_t c : window) in_window += c;
     absl::StrAppend(&out, "<tr>");
-    for (size_t i = 0; i < 3; ++i) {
-      absl::StrAppend(&out, "<td>", Escape(i < labels.size() ? labels[i] : ""), "</td>");
+    // model_name, version (a number, right-aligned), signature, API, entrypoint.
+    for (size_t i = 0; i < 5; ++i) {
+      absl::StrAppend(&out, i == 1 ? "<td class=\"n\">" : "<td>",
+                      Escape(i < labels.size() ? labels[i] : ""), "</td>");
     }
     absl::StrAppend(&out, "<td class=\"n\">", total, "</td><td class=\"n\">",
                     absl::StrFormat("%.1f", in_window / seconds), "</td>");
@@ -266,13 +270,13 @@ std::string StatusPage::RenderLive(const Sample& now, const Sample* before) cons
     absl::StrAppend(&out, "</tr>\n");
   }
   if (!any)
-    absl::StrAppend(&out, "<tr><td colspan=\"8\" class=\"muted\">no requests yet</td></tr>\n");
+    absl::StrAppend(&out, "<tr><td colspan=\"10\" class=\"muted\">no requests yet</td></tr>\n");
   absl::StrAppend(
       &out, "</table>\n<p class=\"muted\">",
       before == nullptr ? std::string("Rates and percentiles since start; later renders show the "
                                       "last seconds.")
                         : absl::StrFormat("Rates and percentiles over the last %.0f s.", window_s),
-      " Counters: <code>:tensorflow:serving:request_latency</code> and "
+      " Counters: <code>:kiln:serving:signature_request_latency</code> and "
       "<code>:tensorflow:serving:request_count</code>, as Prometheus scrapes them.</p>\n");
 
   absl::StrAppend(

@@ -61,8 +61,10 @@ class PredictionServiceImpl final : public tensorflow::serving::PredictionServic
                                 tensorflow::serving::GetModelMetadataResponse* response) override;
 
  private:
+  // `version` and `signature`: what the request resolved to, "" when it did not get that far
+  // (then only TF Serving's families count it).
   void Record(const std::string& model, const char* api, const absl::Status& status,
-              int64_t start_ns);
+              int64_t start_ns, const std::string& version = "", const std::string& signature = "");
   ServerCore* const core_;
   ServingMetrics* const metrics_;
   RpcCounter* const counter_;

@@ -75,6 +75,11 @@ class ServingMetrics {
   MetricFamily batch_size;
   MetricFamily padding_size;
   MetricFamily queuing_latency;
+  // Kiln's own family, not TF Serving's (whose names and labels clients scrape unchanged):
+  // request latency per model_name, version, signature, API, entrypoint, for the status
+  // page's per-signature rows. Recorded only once the version and signature resolved (the
+  // signature exists in the model), so a client cannot add series by naming signatures.
+  MetricFamily signature_request_latency;
 
   // Prometheus text exposition (version 0.0.4) of every family.
   std::string ToPrometheusText() const;

@@ -1,8 +1,8 @@
 // The status page at "/" and "/status" on the REST port: what an operator wants to see of one
 // server at a glance. Server version, uptime and whether it is draining; every flag's value;
 // every model with its versions, their states and load errors; requests per second and
-// latency percentiles per model, API and entrypoint; the batch queues; each loaded version's
-// signatures and optimization log (and whether compression was allowed).
+// latency percentiles per model version, signature, API and entrypoint; the batch queues; each
+// loaded version's signatures and optimization log (and whether compression was allowed).
 //
 // The numbers come from ServingMetrics, the counters Prometheus scrapes, so the page and a
 // dashboard never disagree: rates and percentiles over the last seconds are differences of
@@ -52,7 +52,8 @@ class StatusPage {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // Histogram series of request_latency at one render: labels -> bucket counts (+Inf last).
+  // Histogram series of signature_request_latency at one render: labels -> bucket counts
+  // (+Inf last).
   struct Sample {
     Clock::time_point time;
     std::map<std::vector<std::string>, std::vector<uint64_t>> buckets;
