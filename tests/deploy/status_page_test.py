@@ -55,10 +55,58 @@ def png_first_row(path):
     return width, [tuple(row[i:i + 3]) for i in range(0, len(row), channels)]
 
 
-def requests_of(text, model):
-    """The `requests` column of `model`'s predict/REST row in the rendered text."""
-    m = re.search(rf"^{re.escape(model)}\tpredict\tREST\t(\d+)\t", text, re.M)
+def requests_of(text, model, signature="serving_default"):
+    """The `requests` column of the row of `model` version 1, `signature`, predict over REST."""
+    m = re.search(rf"^{re.escape(model)}\t1\t{re.escape(signature)}\tpredict\tREST\t(\d+)\t",
+                  text, re.M)
     return int(m.group(1)) if m else None
+
+
+def _varint(n):
+    n &= (1 << 64) - 1  # negative int64s as protobuf writes them: ten bytes
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _int(field, n):
+    return _varint(field << 3) + _varint(n)
+
+
+def _bytes(field, data):
+    data = data.encode() if isinstance(data, str) else data
+    return _varint(field << 3 | 2) + _varint(len(data)) + data
+
+
+def write_two_signature_saved_model(version_dir):
+    """A SavedModel with two predict signatures of x (DT_FLOAT [-1]): serving_default
+    (y = Relu(x)) and negate (y = Neg(x)). Encoded by hand from TensorFlow's schemas (field
+    numbers from proto/tensorflow/core/...): this Python has no protobuf module."""
+    float_type = lambda: _int(6, 1)  # AttrValue.type = DT_FLOAT
+    def node(name, op, inputs, attrs):
+        return _bytes(1, b"".join(
+            [_bytes(1, name), _bytes(2, op)] + [_bytes(3, i) for i in inputs] +
+            [_bytes(5, _bytes(1, k) + _bytes(2, v)) for k, v in attrs.items()]))
+    graph = (node("x", "Placeholder", [], {"dtype": float_type(),
+                                           "shape": _bytes(7, _int(3, 1))}) +
+             node("relu", "Relu", ["x"], {"T": float_type()}) +
+             node("neg", "Neg", ["x"], {"T": float_type()}) +
+             _bytes(4, _int(1, 1087)))  # versions.producer
+    def tensor_info(name):  # name, dtype DT_FLOAT, shape [-1]
+        return _bytes(1, name) + _int(2, 1) + _bytes(3, _bytes(2, _int(1, -1)))
+    def signature(key, output):
+        sig = (_bytes(1, _bytes(1, "x") + _bytes(2, tensor_info("x:0"))) +
+               _bytes(2, _bytes(1, "y") + _bytes(2, tensor_info(output))) +
+               _bytes(3, "tensorflow/serving/predict"))
+        return _bytes(5, _bytes(1, key) + _bytes(2, sig))
+    meta_graph = (_bytes(1, _bytes(4, "serve")) + _bytes(2, graph) +
+                  signature("serving_default", "relu:0") + signature("negate", "neg:0"))
+    os.makedirs(version_dir, exist_ok=True)
+    with open(os.path.join(version_dir, "saved_model.pb"), "wb") as f:
+        f.write(_int(1, 1) + _bytes(2, meta_graph))
 
 
 @unittest.skipIf(headless.find_chromium() is None, "chromium is not installed "
@@ -71,11 +119,14 @@ class StatusPageTest(unittest.TestCase):
         root = os.path.join(cls.root.name, "models<b>&")
         dt.make_model_dir(root, "half_plus_two")
         cls.broken = dt.make_model_dir(root, "second")
+        write_two_signature_saved_model(os.path.join(root, "signatures", "1"))
         config = os.path.join(root, "models.config")
         with open(config, "w") as f:
             f.write("model_config_list {\n" + "".join(
-                f'  config {{ name: "{name}" base_path: "{root}/{name}" model_platform: "onnx" }}\n'
-                for name in ("half_plus_two", "second")) + "}\n")
+                f'  config {{ name: "{name}" base_path: "{root}/{name}" '
+                f'model_platform: "{platform}" }}\n'
+                for name, platform in (("half_plus_two", "onnx"), ("second", "onnx"),
+                                       ("signatures", "tensorflow"))) + "}\n")
         cls.port = dt.free_port()
         cls.log = tempfile.TemporaryFile()
         cls.proc = subprocess.Popen(
@@ -88,6 +139,12 @@ class StatusPageTest(unittest.TestCase):
             raise AssertionError("server did not start:\n" + cls.log.read().decode())
         for i in range(20):
             assert dt.predict(cls.port, [float(i)])[0] == 200
+        # Two signatures of one model: each gets its own row with its own count.
+        for body in [{"instances": [1.0, -2.0]}] * 4 + [
+                {"signature_name": "negate", "instances": [3.0]}] * 3:
+            status, reply = dt.call(cls.port, "POST", "/v1/models/signatures:predict",
+                                    json.dumps(body))
+            assert status == 200, reply
         # A version 2 that cannot load: version 1 keeps serving, the page shows the error.
         os.makedirs(os.path.join(cls.broken, "2"))
         with open(os.path.join(cls.broken, "2", "model.onnx"), "wb") as f:
@@ -124,6 +181,9 @@ class StatusPageTest(unittest.TestCase):
                                    r"|INTERNAL|UNKNOWN)")
             self.assertEqual(requests_of(text, "half_plus_two"), 20)
             self.assertRegex(text, r"half_plus_two\tOK\t20")
+            self.assertEqual(requests_of(text, "signatures", "serving_default"), 4, text)
+            self.assertEqual(requests_of(text, "signatures", "negate"), 3, text)
+            self.assertRegex(text, r"signatures\tOK\t7")
             # The optimization log is in a closed <details>: in the DOM, not in the text.
             self.assertIn("optimization log", browser.evaluate(
                 "document.querySelector('details pre').textContent"))
@@ -145,7 +205,8 @@ class StatusPageTest(unittest.TestCase):
                 time.sleep(0.5)
             self.assertEqual(requests_of(text, "half_plus_two"), 35, text)
             self.assertEqual(browser.evaluate("window.kilnMarker"), 42)
-            self.assertEqual(browser.evaluate("document.querySelectorAll('details').length"), 2)
+            # One per loaded version: half_plus_two, second (version 1), signatures.
+            self.assertEqual(browser.evaluate("document.querySelectorAll('details').length"), 3)
 
     def test_without_javascript(self):
         with headless.Browser(javascript=False) as browser:
