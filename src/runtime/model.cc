@@ -409,7 +409,10 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),
                                     absl::StrCat("optimizing signature '", sg.key, "'")));
     }
-    (void)ir::InferShapes(*graph);
+    // Verify() above rejected cycles in the imported graph, so a failure here means a pass
+    // broke the graph: report it rather than compile plans from untyped values.
+    KILN_RETURN_IF_ERROR(Annotate(ir::InferShapes(*graph),
+                                  absl::StrCat("signature '", sg.key, "' after optimization")));
     for (const ir::Node& node : graph->nodes()) {
       if (!node.removed) {
         ++rt.op_histogram[node.domain.empty() ? node.op : node.domain + "::" + node.op];

@@ -922,6 +922,43 @@ TEST(TfOpsTest, VariablesRestoredThroughSaverOps) {
   ExpectNear(F((*out)[0]), {4, 8});
 }
 
+// A restore path that reads "save/RestoreV2:zero" is a malformed graph; it used to be read as
+// output 0, which silently gave the variable the first checkpoint key's value.
+TEST(TfOpsTest, MalformedRestoreReferenceIsAnError) {
+  GraphBuilder b;
+  b.Placeholder("x", kF, {-1});
+  const std::string w = b.Variable("w", "w/.ATTRIBUTES/VARIABLE_VALUE", kF);
+  b.Op("Mul", "y", {"x", w});
+  const std::string dir = testing::TempDir("bad_restore_ref");
+  testing::SignatureSpec sig;
+  sig.inputs["x"] = {"x:0", kF, {-1}};
+  sig.outputs["y"] = {"y:0", kF, {-1}};
+  ASSERT_TRUE(testing::WriteSavedModel(
+                  dir, b, {sig}, {{"w/.ATTRIBUTES/VARIABLE_VALUE", Tensor::Scalar<float>(4.f)}})
+                  .ok());
+  ASSERT_TRUE(ImportSavedModel(dir).ok());
+  auto bytes = ReadFileToString(dir + "/saved_model.pb");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  tensorflow::SavedModel saved;
+  ASSERT_TRUE(saved.ParseFromString(*bytes));
+  int rewritten = 0;
+  for (tensorflow::NodeDef& node :
+       *saved.mutable_meta_graphs(0)->mutable_graph_def()->mutable_node()) {
+    for (std::string& input : *node.mutable_input()) {
+      if (input == "save/RestoreV2:0") {
+        input = "save/RestoreV2:zero";
+        ++rewritten;
+      }
+    }
+  }
+  ASSERT_EQ(rewritten, 1);
+  ASSERT_TRUE(WriteStringToFile(dir + "/saved_model.pb", saved.SerializeAsString()).ok());
+  auto model = ImportSavedModel(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(model.status().message(), "save/RestoreV2:zero")) << model.status();
+}
+
 // docs/SAVEDMODEL.md is where users look up what Kiln runs: every op with a converter is
 // listed there, word for word.
 TEST(TfOpsTest, SupportedOpListIsDocumented) {

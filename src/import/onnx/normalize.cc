@@ -151,8 +151,10 @@ absl::Status NodeEmitter::EmitSoftmaxFamily() {
   }
   if (axis != -1 && !graph_.value(Input(0)).type.rank_known) {
     // Exporters rarely record intermediate types; infer them so the common case (softmax
-    // over the last axis) needs no Flatten/Reshape. Failure only leaves types unknown.
-    (void)ir::InferShapes(graph_);
+    // over the last axis) needs no Flatten/Reshape. Inference fails only on a cycle, which
+    // is a malformed model: say so here, naming the node, instead of later with no context.
+    KILN_RETURN_IF_ERROR(Annotate(ir::InferShapes(graph_),
+                                  absl::StrCat(op, " '", NodeName(), "'")));
   }
   const ir::TensorType& type = graph_.value(Input(0)).type;
   const bool last_axis = axis == -1 || (type.rank_known && axis == type.rank() - 1);

@@ -39,6 +39,17 @@ std::pair<std::string, int> SplitTopLevelRef(const std::string& ref) {
   return {ref.substr(0, colon), index};
 }
 
+// The output index of a tensor reference ("node:3", or the 3 of "node:out:3"). A reference
+// that is not a non-negative number is a malformed graph: taking it as output 0 would
+// silently wire the wrong tensor (the wrong restore key, the wrong variable).
+absl::StatusOr<int> ParseOutputIndex(absl::string_view text, absl::string_view ref) {
+  int index = 0;
+  if (!absl::SimpleAtoi(text, &index) || index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bad tensor reference '", ref, "'"));
+  }
+  return index;
+}
+
 std::string CanonicalRef(const std::string& ref) {
   auto [node, index] = SplitTopLevelRef(ref);
   return absl::StrCat(node, ":", index);
@@ -187,12 +198,16 @@ absl::StatusOr<Origin> Converter::ResolveOriginIn(const Body& body, std::string 
     if (n == current->nodes.end()) return absl::NotFoundError("unknown node " + node_name);
     const NodeDef& node = *n->second;
     int index = 0;
-    if (parts.size() == 2 && current->fdef == nullptr) (void)absl::SimpleAtoi(parts[1], &index);
+    if (parts.size() == 2 && current->fdef == nullptr) {
+      KILN_ASSIGN_OR_RETURN(index, ParseOutputIndex(parts[1], ref));
+    }
     if (parts.size() == 3) {
       KILN_ASSIGN_OR_RETURN(int flat, FlatOutputIndex(node, parts[1], 0));
-      int i = 0;
-      (void)absl::SimpleAtoi(parts[2], &i);
+      KILN_ASSIGN_OR_RETURN(int i, ParseOutputIndex(parts[2], ref));
       index = flat + i;
+    }
+    if (parts.size() > 3) {
+      return absl::InvalidArgumentError(absl::StrCat("bad tensor reference '", ref, "'"));
     }
     if ((node.op() == "Identity" || node.op() == "IdentityN") && index < node.input_size() &&
         !absl::StartsWith(node.input(index), "^")) {
@@ -253,8 +268,9 @@ absl::Status Converter::AnalyzeRestores(const Body& body) {
       }
       if (n->op() == "RestoreV2") {
         restore = n;
-        if (parts.size() == 2) (void)absl::SimpleAtoi(parts[1], &restore_index);
-        if (parts.size() == 3) (void)absl::SimpleAtoi(parts[2], &restore_index);
+        if (parts.size() == 2 || parts.size() == 3) {
+          KILN_ASSIGN_OR_RETURN(restore_index, ParseOutputIndex(parts.back(), value_ref));
+        }
       }
       break;
     }
