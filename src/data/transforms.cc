@@ -1,5 +1,9 @@
 // Synchronous transformations: they run on the consumer's thread (or on the worker thread
 // of the parallel stage above them).
+//
+// Why one file of ~1,000 lines: each transformation is a node and its iterator, 30-150 lines,
+// independent of the others and sharing only UnaryIterator; one section per transformation
+// keeps them findable without a header per pair.
 #include <algorithm>
 #include <cstring>
 #include <random>

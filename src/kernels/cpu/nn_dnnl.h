@@ -1,6 +1,6 @@
-// Shared plumbing for the kernels that run on oneDNN (Conv, ConvTranspose, MatMul, Gemm,
-// pooling): the CPU engine, a stream per thread, descriptor helpers, the fused post-op list,
-// and the conversion of oneDNN's exceptions into Status values.
+// Shared plumbing for the kernels that run on oneDNN (Conv, ConvTranspose, MatMul, Gemm; the
+// pools are Kiln's own loops, nn_pool.cc): the CPU engine, a stream per thread, descriptor
+// helpers, the fused post-op list, and the conversion of oneDNN's exceptions into Status values.
 //
 // Fused post-ops ("kiln" domain FusedConv / FusedMatMul / FusedGemm, built by the optimizer):
 //   attr "post_ops":       strings, applied in order after the op and its bias:

@@ -3,7 +3,8 @@
 // calling thread: with a separate pool, oneDNN's OpenMP workers spin-wait between primitives
 // while the pool's workers want the same cores, and on a 2-core machine under load a run could
 // take 10-400x longer (docs/performance/runtime.md). Compiled with -fopenmp (CMakeLists.txt).
-// The `kiln` command also makes idle OpenMP workers sleep rather than spin (tools/kiln/main.cc).
+// The `kiln` command bounds how long idle OpenMP workers spin before they sleep (10,000
+// iterations, GOMP_SPINCOUNT; tools/kiln/main.cc says why that and not pure spin or sleep).
 #include <omp.h>
 
 #include <algorithm>
