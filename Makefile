@@ -54,7 +54,7 @@ CI_FUZZ_SECONDS ?= 10
 FUZZ_LONG_SECONDS ?= 1800
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_BENCH=OFF -DKILN_WITH_CUDA=OFF
+	  -DKILN_BUILD_FUZZERS=ON -DKILN_BUILD_BENCH=OFF
 	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 
 fuzz: fuzz-build
