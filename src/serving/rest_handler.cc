@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
+#include "kiln/serving/explain.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/json_tensor.h"
 #include "kiln/serving/tensor_proto.h"
@@ -293,7 +294,8 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
     if (colon == absl::string_view::npos) return Malformed(request);
     const std::string verb = absl::AsciiStrToLower(path.substr(colon + 1));
     std::optional<ModelSpecRef> spec = ParseModelPath(path.substr(0, colon));
-    if (!spec.has_value() || (verb != "predict" && verb != "classify" && verb != "regress")) {
+    if (!spec.has_value() || (verb != "predict" && verb != "classify" && verb != "regress" &&
+                              verb != "explain")) {
       return Malformed(request);
     }
     const int64_t start_ns = NowNanos();
@@ -314,6 +316,17 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
     HttpResponse response = [&]() -> HttpResponse {
       auto servable = core_->Lookup(*spec);
       if (!servable.ok()) return fail(servable.status());
+      if (verb == "explain") {
+        ExplainLimits limits;
+        // Each model call must fit one batch of the batcher, which refuses larger ones.
+        if (core_->options().batching.has_value()) {
+          limits.batch_rows =
+              std::min<int64_t>(limits.batch_rows, core_->options().batching->max_batch_size);
+        }
+        auto body = ExplainJson(**servable, request.body, limits);
+        if (!body.ok()) return fail(body.status());
+        return JsonResponse(std::move(*body));
+      }
       if (verb == "predict") {
         const runtime::Model& model = (*servable)->model();
         auto parsed = ParsePredictRequest(request.body, [&](absl::string_view name) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kiln/serving/server_core.h"
 
 namespace kiln::serving {
 
@@ -66,5 +67,19 @@ absl::StatusOr<std::vector<ShapleyAttribution>> SampledShapley(absl::Span<const 
                                                                const FeatureLayout& layout,
                                                                const ShapleyOptions& options,
                                                                const ScalarBatchFn& f);
+
+// The REST :explain handler: parses Vertex's request (TF Serving's "instances" or "inputs"
+// plus an optional "explanationSpecOverride"), explains every instance over the float inputs
+// of the signature, running all evaluations through `servable` in batches of `batch_rows`,
+// and writes Vertex's response ("explanations" and "predictions"). The model's
+// assets.extra/explanation_metadata.json (Vertex's ExplanationMetadata) supplies defaults
+// per input and output that the request's override replaces.
+struct ExplainLimits {
+  int64_t max_evaluations = int64_t{1} << 22;  // per request, all instances together
+  int64_t batch_rows = 4096;  // rows per model call; at most the batcher's max_batch_size
+  uint64_t seed = 0x5eed;     // fixed: the same request gets the same answer
+};
+absl::StatusOr<std::string> ExplainJson(const ServableVersion& servable, absl::string_view body,
+                                        const ExplainLimits& limits);
 
 }  // namespace kiln::serving
