@@ -27,7 +27,6 @@ struct Prepared {
   std::unique_ptr<OpKernel> kernel;
   std::vector<Tensor> inputs, outputs;
   std::shared_ptr<Buffer> scratch;
-  std::unique_ptr<ThreadPool> pool;
   int threads = 1;
 };
 
@@ -63,7 +62,6 @@ std::unique_ptr<Prepared> Prepare(const std::string& op, std::vector<Tensor> inp
     p->outputs.emplace_back(ctx.output_dtypes[i], ctx.output_shapes[i]);
   }
   if (ctx.scratch_bytes > 0) p->scratch = Buffer::Allocate(ctx.scratch_bytes);
-  if (p->threads > 1) p->pool = std::make_unique<ThreadPool>(p->threads - 1, "bench");
   p->inputs = std::move(inputs);
   return p;
 }
@@ -73,7 +71,7 @@ void RunPrepared(benchmark::State& state, Prepared& p, int64_t bytes_moved) {
   ctx.inputs = absl::MakeConstSpan(p.inputs);
   ctx.outputs = absl::MakeSpan(p.outputs);
   ctx.scratch = p.scratch ? p.scratch->data() : nullptr;
-  ctx.pool = p.pool.get();
+  ctx.use_openmp = p.threads > 1;  // the runtime's intra-op path
   ctx.intra_op_threads = p.threads;
   for (auto _ : state) {
     if (!p.kernel->Compute(ctx).ok()) std::abort();

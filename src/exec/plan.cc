@@ -167,7 +167,7 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   plan->memory_limit_ = options.run_memory_budget_bytes != 0 ? options.run_memory_budget_bytes
                                                              : MemoryBudget::DefaultLimit();
   if (plan->options_.inter_op_pool == nullptr) plan->options_.inter_op_threads = 1;
-  if (plan->options_.intra_op_pool == nullptr && !plan->options_.intra_op_openmp) {
+  if (!plan->options_.intra_op_openmp) {
     plan->options_.intra_op_threads = 1;
   }
   KILN_RETURN_IF_ERROR(plan->Build(input_shapes));
@@ -724,7 +724,6 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
   ctx.scratch = step.scratch_bytes > 0
                     ? static_cast<char*>(state.arena->data()) + step.scratch_offset
                     : nullptr;
-  ctx.pool = options_.intra_op_pool;
   ctx.use_openmp = options_.intra_op_openmp;
   ctx.intra_op_threads = options_.intra_op_threads;
   ctx.node = step.node;

@@ -348,7 +348,6 @@ class ModelImpl : public Model {
   std::vector<std::pair<std::string, std::string>> properties_;
   std::map<std::string, SignatureInfo> infos_;
   std::map<std::string, SignatureRuntime> runtimes_;
-  std::unique_ptr<ThreadPool> intra_pool_;
   std::unique_ptr<ThreadPool> inter_pool_;
   ThreadSplit threads_;
   ModelOptions options_;
@@ -367,7 +366,6 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
   if (threads_.inter > 1) inter_pool_ = std::make_unique<ThreadPool>(threads_.inter - 1, "kiln-inter");
   exec::CompileOptions compile;
   compile.intra_op_threads = threads_.intra;
-  compile.intra_op_pool = intra_pool_.get();
   compile.intra_op_openmp = threads_.intra > 1;
   compile.inter_op_threads = threads_.inter;
   compile.inter_op_pool = inter_pool_.get();

@@ -31,11 +31,9 @@
 namespace kiln::exec {
 
 struct CompileOptions {
-  // Threads each kernel may use (through `intra_op_pool`, which the caller thread joins).
+  // Threads each kernel may use, on the OpenMP team oneDNN uses when `intra_op_openmp`: one
+  // set of intra-op threads, instead of a pool whose workers would compete with oneDNN's.
   int intra_op_threads = 1;
-  ThreadPool* intra_op_pool = nullptr;
-  // Kernels' parallel loops run on the OpenMP team oneDNN uses (no intra_op_pool needed):
-  // one set of intra-op threads, instead of a pool whose workers compete with oneDNN's.
   bool intra_op_openmp = false;
   // Nodes run at once; > 1 needs `inter_op_pool`.
   int inter_op_threads = 1;

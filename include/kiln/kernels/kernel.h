@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -36,7 +37,7 @@ struct InputInfo {
 struct PrepareContext {
   const ir::Node* node = nullptr;
   std::vector<InputInfo> inputs;  // one per node input
-  int intra_op_threads = 1;       // threads Compute may use through ComputeContext::pool
+  int intra_op_threads = 1;       // threads Compute may use through ComputeContext::ParallelFor
   // Where constant weights packed for a primitive are kept, shared by every plan of the model
   // (null: the kernel keeps its own copy).
   PackedConstantCache* packed_constants = nullptr;
@@ -81,27 +82,27 @@ class SubgraphRunner {
 // Runs fn over [0, n) in at most `threads` chunks of at least `min_chunk` on the OpenMP team of
 // the calling thread (the threads oneDNN primitives run on); the caller takes one chunk.
 void OpenMpParallelFor(int64_t n, int64_t min_chunk, int threads,
-                       const std::function<void(int64_t, int64_t)>& fn);
+                       absl::FunctionRef<void(int64_t, int64_t)> fn);
 
 struct ComputeContext {
   absl::Span<const Tensor> inputs;  // invalid Tensor for an omitted optional input
   absl::Span<Tensor> outputs;       // preallocated, except the dynamic ones
   void* scratch = nullptr;
-  ThreadPool* pool = nullptr;  // intra-op pool; null means run on the calling thread only
   int intra_op_threads = 1;
-  // Instead of `pool`: parallel loops run on the OpenMP team that oneDNN uses, so that one set
-  // of threads serves every kernel (see src/kernels/cpu/nn_openmp.cc).
+  // Parallel loops run on the OpenMP team that oneDNN uses, so that one set of threads serves
+  // every kernel (see src/kernels/cpu/nn_openmp.cc); false runs them on the calling thread.
+  // There is no second (thread-pool) path: production never used one, so tests of it tested
+  // nothing that runs.
   bool use_openmp = false;
   SubgraphRunner* subgraphs = nullptr;
 
-  // Parallel loop over [0, n) on the intra-op pool (or inline). A template so that the
-  // inline path builds no std::function (which would allocate on every run).
+  // Parallel loop over [0, n) on the OpenMP team (or inline). The body goes by
+  // absl::FunctionRef: a std::function per call could allocate on every run (issue 9).
   template <typename Fn>
   void ParallelFor(int64_t n, int64_t min_chunk, Fn&& fn) const {
     if (use_openmp && intra_op_threads > 1 && n > min_chunk) {
-      OpenMpParallelFor(n, min_chunk, intra_op_threads, std::function<void(int64_t, int64_t)>(fn));
-    } else if (pool != nullptr && intra_op_threads > 1 && n > min_chunk) {
-      pool->ParallelFor(n, min_chunk, std::function<void(int64_t, int64_t)>(fn));
+      OpenMpParallelFor(n, min_chunk, intra_op_threads,
+                        absl::FunctionRef<void(int64_t, int64_t)>(fn));
     } else if (n > 0) {
       fn(int64_t{0}, n);
     }

@@ -46,7 +46,7 @@ struct KernelTestOptions {
   int num_outputs = 1;
   std::string domain;                // "" for ONNX ops, "kiln" for Kiln's own
   std::set<int> constant_inputs;     // inputs Prepare sees as compile-time constants
-  int intra_op_threads = 1;          // > 1 runs Compute with an intra-op pool
+  int intra_op_threads = 1;          // > 1 runs Compute's loops on an OpenMP team that large
   bool check_repeatable = true;      // false for random ops
   bool check_in_place = true;
   // After a successful run, run again with batch 0 (see internal::BatchZero): the kernel may
@@ -65,7 +65,7 @@ struct PreparedKernel {
 
 inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
                                                        const std::vector<Tensor>& inputs,
-                                                       ThreadPool* pool, int threads,
+                                                       int threads,
                                                        bool in_place) {
   const PrepareContext& p = pk.prepare;
   const size_t n = p.output_dtypes.size();
@@ -92,7 +92,8 @@ inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
   ctx.inputs = absl::MakeConstSpan(inputs);
   ctx.outputs = absl::MakeSpan(outputs);
   ctx.scratch = scratch ? scratch->data() : nullptr;
-  ctx.pool = pool;
+  // The production path: Kiln's plans run parallel loops on the OpenMP team.
+  ctx.use_openmp = threads > 1;
   ctx.intra_op_threads = threads;
   absl::Status status = pk.kernel->Compute(ctx);
   if (!status.ok()) return status;
@@ -207,14 +208,10 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
     }
   }
 
-  std::unique_ptr<ThreadPool> pool;
-  if (options.intra_op_threads > 1) {
-    pool = std::make_unique<ThreadPool>(options.intra_op_threads - 1, "kernel-test");
-  }
-  auto first = internal::ComputeOnce(*pk, inputs, pool.get(), options.intra_op_threads, false);
+  auto first = internal::ComputeOnce(*pk, inputs, options.intra_op_threads, false);
   if (!first.ok()) return first.status();
   if (options.check_repeatable) {
-    auto second = internal::ComputeOnce(*pk, inputs, pool.get(), options.intra_op_threads, false);
+    auto second = internal::ComputeOnce(*pk, inputs, options.intra_op_threads, false);
     if (!second.ok()) return second.status();
     for (size_t i = 0; i < n; ++i) {
       if (!TensorsEqual((*first)[i], (*second)[i])) {
@@ -228,7 +225,7 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
   if (options.check_in_place && any_in_place) {
     std::vector<Tensor> copies;
     for (const Tensor& t : inputs) copies.push_back(t.valid() ? t.Clone() : Tensor());
-    auto in_place = internal::ComputeOnce(*pk, copies, pool.get(), options.intra_op_threads, true);
+    auto in_place = internal::ComputeOnce(*pk, copies, options.intra_op_threads, true);
     if (!in_place.ok()) return in_place.status();
     for (size_t i = 0; i < n; ++i) {
       if (!TensorsEqual((*first)[i], (*in_place)[i])) {

@@ -14,7 +14,7 @@
 namespace kiln::kernels {
 
 void OpenMpParallelFor(int64_t n, int64_t min_chunk, int threads,
-                       const std::function<void(int64_t, int64_t)>& fn) {
+                       absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   int64_t chunks = std::min<int64_t>(threads, (n + min_chunk - 1) / min_chunk);
