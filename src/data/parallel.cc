@@ -20,6 +20,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "data/internal.h"
 #include "data/nodes.h"
@@ -411,8 +412,8 @@ class AsyncStage : public IteratorBase, public Tunable {
   std::vector<std::thread> workers_;
 
   std::mutex input_mu_;
-  bool input_exhausted_ = false;  // guarded by input_mu_
-  int64_t next_seq_ = 0;          // guarded by input_mu_
+  bool input_exhausted_ ABSL_GUARDED_BY(input_mu_) = false;
+  int64_t next_seq_ ABSL_GUARDED_BY(input_mu_) = 0;
 
   std::mutex mu_;
   std::condition_variable worker_cv_, idle_cv_, consumer_cv_;

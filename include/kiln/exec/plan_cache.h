@@ -1,6 +1,10 @@
 // Compiled plans of one graph, keyed by the concrete input shapes, least recently used
 // evicted beyond `capacity`. Lookups make no heap allocation; compiles of new shapes are
 // serialized (a warmup storm compiles each shape once) while runs of cached plans proceed.
+//
+// Thread safety: every method may be called from any thread at once (one cache serves all
+// the requests of a signature). The plans it hands out are immutable and shared; a plan
+// evicted while a run holds it lives until that run drops it.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kiln/exec/plan.h"
@@ -42,10 +47,11 @@ class PlanCache {
   CompileOptions options_;
   size_t capacity_;
   mutable std::mutex mutex_;
-  std::list<std::shared_ptr<const CompiledPlan>> plans_;  // most recently used first
-  std::mutex compile_mutex_;
-  int64_t compiles_ = 0;
-  int64_t evictions_ = 0;
+  // most recently used first
+  std::list<std::shared_ptr<const CompiledPlan>> plans_ ABSL_GUARDED_BY(mutex_);
+  std::mutex compile_mutex_;  // held for a whole compile; guards no member
+  int64_t compiles_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace kiln::exec

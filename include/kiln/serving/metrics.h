@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 namespace kiln::serving {
 
 // A counter or histogram family: one series per label-value tuple.
+// Thread safety: every method may be called from any thread at once (request threads record
+// while the /metrics handler and the status page read); each call takes the family's lock.
 class MetricFamily {
  public:
   MetricFamily(std::string name, std::string help, std::vector<std::string> label_names,
@@ -51,7 +55,7 @@ class MetricFamily {
   std::vector<std::string> label_names_;
   std::vector<double> buckets_;
   mutable std::mutex mu_;
-  std::map<std::vector<std::string>, Series> series_;
+  std::map<std::vector<std::string>, Series> series_ ABSL_GUARDED_BY(mu_);
 };
 
 // The server's metrics. Latencies are in microseconds, as TF Serving records them.
