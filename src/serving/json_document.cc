@@ -85,12 +85,18 @@ bool NonFiniteMarker(std::string_view s, double* value) {
 }
 
 absl::StatusOr<simdjson::dom::element> ParseDocument(absl::string_view body,
-                                                     std::string* rewritten) {
-  thread_local simdjson::dom::parser parser;
-  *rewritten = RewriteNonFinite(body);
-  const absl::string_view text = rewritten->empty() ? body : absl::string_view(*rewritten);
+                                                     DocumentStorage* storage) {
+  thread_local simdjson::dom::parser per_thread_parser;
+  storage->rewritten = RewriteNonFinite(body);
+  const absl::string_view text =
+      storage->rewritten.empty() ? body : absl::string_view(storage->rewritten);
+  simdjson::dom::parser* parser = &per_thread_parser;
+  if (text.size() > kMaxPerThreadParserBytes) {
+    storage->large_parser = std::make_unique<simdjson::dom::parser>();
+    parser = storage->large_parser.get();
+  }
   simdjson::dom::element doc;
-  auto error = parser.parse(text.data(), text.size()).get(doc);
+  auto error = parser->parse(text.data(), text.size()).get(doc);
   if (error != simdjson::SUCCESS) {
     return absl::InvalidArgumentError(
         absl::StrCat("JSON Parse error: ", simdjson::error_message(error)));

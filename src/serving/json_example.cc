@@ -119,8 +119,8 @@ absl::Status ParseExample(const element& e, absl::string_view what, tensorflow::
 }  // namespace
 
 absl::StatusOr<ExamplesJsonRequest> ParseExamplesRequest(absl::string_view body) {
-  std::string rewritten;
-  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &rewritten));
+  json_internal::DocumentStorage storage;
+  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &storage));
   if (doc.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("Malformed request: the body must be a JSON object");
   }

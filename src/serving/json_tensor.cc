@@ -108,8 +108,8 @@ bool IsNamedObject(const element& e) { return e.type() == element_type::OBJECT &
 
 absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
                                                        const SignatureLookup& lookup) {
-  std::string rewritten;
-  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &rewritten));
+  json_internal::DocumentStorage storage;
+  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &storage));
   if (doc.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("Malformed request: the body must be a JSON object");
   }

@@ -77,8 +77,8 @@ absl::StatusOr<DType> V2DatatypeFromName(absl::string_view name) {
 
 absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
                                                    const SignatureInfo& signature) {
-  std::string rewritten;
-  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &rewritten));
+  json_internal::DocumentStorage storage;
+  KILN_ASSIGN_OR_RETURN(element doc, ParseDocument(body, &storage));
   if (doc.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("the body must be a JSON object");
   }
