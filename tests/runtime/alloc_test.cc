@@ -102,9 +102,10 @@ std::shared_ptr<Model> ConvAttentionModel() {
   sig.output_keys = {"out"};
   sig.outputs["out"] = TensorInfo{"out", DType::kFloat32, false, {}};
   model.signatures.push_back(std::move(sig));
-  ModelOptions options;
-  options.intra_op_threads = 1;
-  auto loaded = Model::FromImported(std::move(model), options);
+  // The default threads: every core inside kernels (one OpenMP team), one step at a time.
+  // (With inter_op_threads > 1, independent steps go through ThreadPool::ParallelFor, whose
+  // queued std::function tasks allocate: not covered here.)
+  auto loaded = Model::FromImported(std::move(model), ModelOptions{});
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   return loaded.ok() ? *loaded : nullptr;
 }

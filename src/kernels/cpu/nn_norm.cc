@@ -8,6 +8,7 @@
 // float32 accuracy comparable to the references.
 #include <cmath>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
@@ -94,7 +95,7 @@ class BatchNormKernel : public OpKernel {
 // per-element affine parameters. Shared by Instance, Group and Layer normalization.
 void NormalizeGroups(const ComputeContext& ctx, const float* x, float* y, int64_t groups,
                      int64_t group_size, float epsilon, float* mean_out, float* inv_std_out,
-                     const std::function<void(int64_t group, float* row)>& affine) {
+                     absl::FunctionRef<void(int64_t group, float* row)> affine) {
   ctx.ParallelFor(groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const float* in = x + g * group_size;
