@@ -166,9 +166,8 @@ struct KernelSlot {};
 // Calls fn(KernelSlot<i>{}) for i in [0, N).
 template <int N, typename Fn>
 void ForEachKernelSlot(Fn&& fn) {
-  [&]<int... I>(std::integer_sequence<int, I...>) {
-    (fn(KernelSlot<I>{}), ...);
-  }(std::make_integer_sequence<int, N>{});
+  [&]<int... I>(std::integer_sequence<int, I...>) { (fn(KernelSlot<I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
 }
 }  // namespace internal
 
@@ -184,9 +183,9 @@ void ForEachKernelSlot(Fn&& fn) {
 // can name it from any namespace), which calls every overload the file defined.
 #define KILN_REGISTER_KERNEL(domain, op, factory) \
   KILN_REGISTER_KERNEL_AT_SLOT(__COUNTER__, domain, op, factory)
-#define KILN_REGISTER_KERNEL_AT_SLOT(slot, domain, op, factory)                            \
+#define KILN_REGISTER_KERNEL_AT_SLOT(slot, domain, op, factory)                             \
   [[maybe_unused]] static void KilnKernelEntry(::kiln::kernels::internal::KernelSlot<slot>, \
-                                               ::kiln::kernels::KernelRegistry& registry) {  \
+                                               ::kiln::kernels::KernelRegistry& registry) { \
     /* A failure (a duplicate) is kept in registry.status(). */                             \
     registry.Register(domain, op, factory).IgnoreError();                                   \
   }                                                                                         \
@@ -198,12 +197,12 @@ void ForEachKernelSlot(Fn&& fn) {
                            -> absl::StatusOr<std::unique_ptr<::kiln::kernels::OpKernel>> { \
                          return std::unique_ptr<::kiln::kernels::OpKernel>(new Class(node)); \
                        })
-#define KILN_KERNEL_FILE(name)                                                           \
+#define KILN_KERNEL_FILE(name)                                                            \
   extern "C" void KilnRegisterKernels_##name(::kiln::kernels::KernelRegistry* registry) { \
-    ::kiln::kernels::internal::ForEachKernelSlot<__COUNTER__>([registry](auto slot) {    \
-      if constexpr (requires { KilnKernelEntry(slot, *registry); }) {                    \
-        KilnKernelEntry(slot, *registry);                                                \
-      }                                                                                  \
-    });                                                                                  \
-  }                                                                                      \
+    ::kiln::kernels::internal::ForEachKernelSlot<__COUNTER__>([registry](auto slot) {     \
+      if constexpr (requires { KilnKernelEntry(slot, *registry); }) {                     \
+        KilnKernelEntry(slot, *registry);                                                 \
+      }                                                                                   \
+    });                                                                                   \
+  }                                                                                       \
   static_assert(true)

@@ -65,8 +65,7 @@ struct PreparedKernel {
 
 inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
                                                        const std::vector<Tensor>& inputs,
-                                                       int threads,
-                                                       bool in_place) {
+                                                       int threads, bool in_place) {
   const PrepareContext& p = pk.prepare;
   const size_t n = p.output_dtypes.size();
   std::vector<Tensor> outputs(n);
