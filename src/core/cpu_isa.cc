@@ -1,6 +1,7 @@
 #include "kiln/core/cpu_isa.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -46,7 +47,12 @@ CpuIsa EffectiveCpuIsa() {
     std::optional<CpuIsa> cap = requested_cap;
     if (!cap) {
       const char* env = std::getenv("KILN_MAX_ISA");
-      if (env != nullptr && env[0] != '\0') cap = ParseIsa(env);  // unknown names: no cap
+      if (env != nullptr && env[0] != '\0') {
+        cap = ParseIsa(env);
+        if (!cap) {
+          std::fprintf(stderr, "kiln: KILN_MAX_ISA=%s is not avx2 or avx512; not capping\n", env);
+        }
+      }
     }
     if (cap && *cap < isa) isa = *cap;
     return isa;

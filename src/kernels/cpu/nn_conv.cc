@@ -4,6 +4,7 @@
 // oneDNN picks the memory layouts it runs fastest (format "any"); constant weights are
 // reordered into its layout once, when the plan is compiled; activations are reordered per
 // run only when oneDNN's choice differs from the plain NCHW layout of Kiln's tensors.
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -510,6 +511,10 @@ ir::MemoryLayout PreferredConvActivationLayout() {
         if (f == "nChw8c") return ir::MemoryLayout::kNchw8c;
         if (f == "nChw16c") return ir::MemoryLayout::kNchw16c;
         if (f == "plain") return ir::MemoryLayout::kPlain;
+        std::fprintf(stderr,
+                     "kiln: KILN_CONV_LAYOUT=%s is not nhwc, nChw8c, nChw16c or plain; using "
+                     "this CPU's choice\n",
+                     forced);
       }
       if (impl_for(memory::format_tag::nhwc, nullptr, nullptr).rfind("brg", 0) == 0) {
         return ir::MemoryLayout::kNhwc;
