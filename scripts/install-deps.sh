@@ -24,6 +24,11 @@ TEST_PACKAGES=(
   libbenchmark-dev
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio
   python3-torch python3-torchvision python3-pil
+  # the Python package (python/, issue 14) and its tests; sklearn's bundled digits train the
+  # compression accuracy benchmark's classifier (bench/compression)
+  pybind11-dev python3-dev python3-pytest python3-sklearn
+  # TLS tests generate their certificates with the openssl CLI
+  openssl
   wrk curl hyperfine time
   # deployment tests (tests/deploy): the real load balancer, browser and manifest parser
   nginx chromium python3-yaml
