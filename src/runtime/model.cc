@@ -400,7 +400,6 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       rt.log.nodes_after = rt.log.nodes_before;
     } else {
       opt::PassOptions pass_options;
-      pass_options.allow_compression = options.allow_compression;
       pass_options.conv_activation_layout = kernels::PreferredConvActivationLayout();
       const exec::KernelEvaluator evaluator;
       pass_options.evaluator = &evaluator;

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "kiln/ir/evaluator.h"
+#include "kiln/opt/compression.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::opt {
@@ -46,7 +47,8 @@ struct OptimizationLog {
 };
 
 struct PassOptions {
-  bool allow_compression = false;  // int8/bf16 passes may run
+  // What the compression passes may do (kiln/opt/compression.h); null: they change nothing.
+  const CompressionOptions* compression = nullptr;
   // The layout this CPU's convolutions read and write fastest (the kernels library measures it
   // from oneDNN's own choice: kernels::PreferredConvActivationLayout); conv_activation_layout
   // keeps chains of convolutions and pools in it. kPlain: every value stays NCHW.
