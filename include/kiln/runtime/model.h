@@ -27,7 +27,27 @@ using kiln::TensorInfo;
 struct ModelOptions {
   std::string tags = "serve";      // SavedModel MetaGraph tag set, comma-separated
   bool disable_optimizer = false;  // run the imported graph as it is
-  bool allow_compression = false;  // int8/bf16 passes (when available)
+  // Compression (docs/COMPRESSION.md): int8 MatMul/Gemm (and Conv where calibrated), exact
+  // pruning, and the accuracy guard that keeps in fp32 the layers that move the outputs
+  // beyond `compression_tolerance` on the calibration inputs.
+  bool allow_compression = false;
+  // Weights stored as bf16 for MatMul/Gemm (bf16 math with fp32 accumulation where the CPU
+  // has avx512_bf16, widened to fp32 in the kernel elsewhere): TF Serving's
+  // --mixed_precision=bfloat16. Applies on its own or together with allow_compression.
+  bool mixed_precision_bf16 = false;
+  // A directory with one .npy per signature input key (first dimension = examples), run
+  // through fp32 and the compressed model to calibrate int8 ranges and for the accuracy
+  // guard. Empty: the SavedModel's warmup requests when the caller passes them
+  // (calibration_inputs below), else only dynamic quantization applies and the guard runs
+  // on synthetic inputs.
+  std::string calibration_inputs_dir;
+  // Calibration inputs given in memory (kiln serve: decoded warmup requests), keyed by
+  // signature input key; each entry is one batch. Used when calibration_inputs_dir is empty.
+  std::vector<std::map<std::string, Tensor>> calibration_inputs;
+  // The largest error the accuracy guard accepts on any output: max |compressed - fp32|
+  // divided by max |fp32| of that output, and the fraction of examples whose top-1 class
+  // changes for class-score outputs. 0 keeps everything fp32 (outputs equal fp32 exactly).
+  double compression_tolerance = 0.02;
   // Threads per kernel and kernels in parallel; 0 picks a split of the cores that never
   // oversubscribes them (intra * inter <= cores).
   int intra_op_threads = 0;
