@@ -46,10 +46,6 @@ KNOWN_EXCEPTIONS = {
         "opt includes the header-only contracts of kiln-domain fused ops (their attribute "
         "encodings); they belong below both, in ir/ (issue 16, typed builders)",
         {"kiln/kernels/fused_elementwise.h", "kiln/kernels/fused_post_ops.h"}),
-    ("serving_base", "serving"): (
-        "flags.cc parses ServeFlags, declared in serving/server.h beside RunServer; ServeFlags "
-        "belongs in a header of its own",
-        {"kiln/serving/server.h"}),
 }
 
 # Two libraries are carved out of a folder by a source list in its CMakeLists.txt, read from

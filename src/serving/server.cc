@@ -105,12 +105,25 @@ int RunServer(const ServeFlags& flags) {
   options.model_options.allow_compression = flags.allow_compression;
   options.model_options.run_memory_budget_bytes =
       static_cast<size_t>(flags.run_memory_budget_bytes);  // checked >= 0 by the parser
-  options.model_options.intra_op_threads = static_cast<int>(flags.tensorflow_intra_op_parallelism);
-  options.model_options.inter_op_threads = static_cast<int>(flags.tensorflow_inter_op_parallelism);
+  // As TF Serving: the intra/inter-op flags when either is given, else
+  // --tensorflow_session_parallelism for both (0: auto).
+  const bool split_parallelism =
+      flags.tensorflow_intra_op_parallelism > 0 || flags.tensorflow_inter_op_parallelism > 0;
+  options.model_options.intra_op_threads = static_cast<int>(
+      split_parallelism ? flags.tensorflow_intra_op_parallelism
+                        : flags.tensorflow_session_parallelism);
+  options.model_options.inter_op_threads = static_cast<int>(
+      split_parallelism ? flags.tensorflow_inter_op_parallelism
+                        : flags.tensorflow_session_parallelism);
+  options.model_options.mixed_precision_bf16 = flags.mixed_precision == "bfloat16";
   options.enable_model_warmup = flags.enable_model_warmup;
-  options.num_warmup_iterations = flags.num_request_iterations_for_warmup;
+  // TF Serving replays each warmup record once unless this is > 0.
+  options.num_warmup_iterations = std::max(1, flags.num_request_iterations_for_warmup);
   options.file_system_poll_wait_seconds = flags.file_system_poll_wait_seconds;
-  options.allow_precompilation = flags.allow_precompilation;
+  // XLA's JIT is TensorFlow's way to compile ahead of the first request; Kiln's is plan
+  // precompilation.
+  options.allow_precompilation = flags.allow_precompilation || flags.xla_cpu_compilation_enabled ||
+                                 flags.xla_gpu_compilation_enabled;
   options.allow_version_labels_for_unavailable_models =
       flags.allow_version_labels_for_unavailable_models;
   options.enable_signature_method_name_check = flags.enable_signature_method_name_check;

@@ -64,9 +64,12 @@ def entrypoint_flags():
 
 def server_accepts(args):
     """(exit code, output) of `kiln serve <args> --help`: 0 only when every flag exists and
-    its value parses (an unknown flag or a bad value is exit code 2)."""
+    its value parses (a bad value is exit code 2; an unknown flag is reported as "unknown
+    argument", as tensorflow_model_server does, and counts as exit code 2 here)."""
     proc = subprocess.run([KILN, "serve", *args, "--help"], capture_output=True, text=True,
                           timeout=30)
+    if proc.returncode == 0 and "unknown argument" in proc.stderr:
+        return 2, proc.stderr
     return proc.returncode, proc.stderr
 
 

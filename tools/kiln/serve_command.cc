@@ -15,6 +15,12 @@ int RunServeCommand(const std::vector<std::string>& args) {
                  kiln::serving::ServeUsage().c_str());
     return 2;
   }
+  // As tensorflow_model_server: an argument it does not know is reported, and it starts.
+  // Reported before --help is answered, so that `kiln serve <args> --help` checks a command
+  // line (tests/deploy does).
+  for (const std::string& unknown : flags->unknown_arguments) {
+    std::fprintf(stderr, "unknown argument: %s\n", unknown.c_str());
+  }
   if (flags->help) {
     std::printf("%s", kiln::serving::ServeUsage().c_str());
     return 0;
@@ -22,6 +28,14 @@ int RunServeCommand(const std::vector<std::string>& args) {
   if (flags->version) {
     std::printf("%s\n", kiln::serving::kServerVersion);
     return 0;
+  }
+  auto notes = kiln::serving::CheckServeFlags(*flags);
+  if (!notes.ok()) {
+    std::fprintf(stderr, "kiln serve: %s\n", std::string(notes.status().message()).c_str());
+    return 1;
+  }
+  for (const std::string& note : notes->notes) {
+    std::fprintf(stderr, "kiln serve: note: %s\n", note.c_str());
   }
   return kiln::serving::RunServer(*flags);
 }
