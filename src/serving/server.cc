@@ -109,12 +109,12 @@ int RunServer(const ServeFlags& flags) {
   // --tensorflow_session_parallelism for both (0: auto).
   const bool split_parallelism =
       flags.tensorflow_intra_op_parallelism > 0 || flags.tensorflow_inter_op_parallelism > 0;
-  options.model_options.intra_op_threads = static_cast<int>(
-      split_parallelism ? flags.tensorflow_intra_op_parallelism
-                        : flags.tensorflow_session_parallelism);
-  options.model_options.inter_op_threads = static_cast<int>(
-      split_parallelism ? flags.tensorflow_inter_op_parallelism
-                        : flags.tensorflow_session_parallelism);
+  options.model_options.intra_op_threads =
+      static_cast<int>(split_parallelism ? flags.tensorflow_intra_op_parallelism
+                                         : flags.tensorflow_session_parallelism);
+  options.model_options.inter_op_threads =
+      static_cast<int>(split_parallelism ? flags.tensorflow_inter_op_parallelism
+                                         : flags.tensorflow_session_parallelism);
   options.model_options.mixed_precision_bf16 = flags.mixed_precision == "bfloat16";
   options.enable_model_warmup = flags.enable_model_warmup;
   // TF Serving replays each warmup record once unless this is > 0.
