@@ -33,9 +33,25 @@ absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
   options.allowed_batch_sizes.assign(params.allowed_batch_sizes().begin(),
                                      params.allowed_batch_sizes().end());
   options.pad_variable_length_inputs = params.pad_variable_length_inputs();
+  options.enable_large_batch_splitting =
+      params.has_enable_large_batch_splitting() && params.enable_large_batch_splitting().value();
+  if (options.enable_large_batch_splitting) {
+    options.max_execution_batch_size = params.has_max_execution_batch_size()
+                                           ? params.max_execution_batch_size().value()
+                                           : options.max_batch_size;
+  }
   if (options.max_batch_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch_size must be positive, got ", options.max_batch_size));
+  }
+  if (options.enable_large_batch_splitting &&
+      (options.max_execution_batch_size <= 0 ||
+       options.max_execution_batch_size > options.max_batch_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("When enable_large_batch_splitting is true, max_execution_batch_size (",
+                     options.max_execution_batch_size,
+                     ") must be positive and at most max_batch_size (the largest request, ",
+                     options.max_batch_size, ")"));
   }
   if (options.batch_timeout_micros < 0) {
     return absl::InvalidArgumentError("batch_timeout_micros must be non-negative");
@@ -53,8 +69,17 @@ absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
           "allowed_batch_sizes entries must be positive and in increasing order");
     }
   }
-  if (!options.allowed_batch_sizes.empty() &&
-      options.allowed_batch_sizes.back() != options.max_batch_size) {
+  if (options.enable_large_batch_splitting) {
+    if (!options.allowed_batch_sizes.empty() &&
+        options.allowed_batch_sizes.back() != options.max_execution_batch_size) {
+      // TF Serving's words (batching_session.cc).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Last entry in allowed_batch_sizes must be equal to "
+          "max_execution_batch_size; last entry was ",
+          options.allowed_batch_sizes.back(), "; expected ", options.max_execution_batch_size));
+    }
+  } else if (!options.allowed_batch_sizes.empty() &&
+             options.allowed_batch_sizes.back() != options.max_batch_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("the last entry of allowed_batch_sizes (", options.allowed_batch_sizes.back(),
                      ") must equal max_batch_size (", options.max_batch_size, ")"));
@@ -180,56 +205,128 @@ void CopyPadded(const Tensor& from, Tensor* to, int64_t to_row) {
 }  // namespace
 
 absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
-  auto task = std::make_shared<Task>();
-  task->rows = -1;
+  int64_t rows = -1;
   for (const auto& [name, tensor] : inputs) {
     if (tensor.rank() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Batching session Run() input tensors must have at least one dimension; input '", name,
           "' is a scalar"));
     }
-    if (task->rows >= 0 && tensor.dim(0) != task->rows) {
+    if (rows >= 0 && tensor.dim(0) != rows) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Batching session Run() input tensors must have equal 0th-dimension size; input '", name,
-          "' has ", tensor.dim(0), ", another has ", task->rows));
+          "' has ", tensor.dim(0), ", another has ", rows));
     }
-    task->rows = tensor.dim(0);
+    rows = tensor.dim(0);
   }
-  if (task->rows < 0) return absl::InvalidArgumentError("a batched request needs inputs");
-  if (task->rows > options_.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("Task size ", task->rows,
-                                                   " is larger than maximum input batch size ",
-                                                   options_.max_batch_size));
+  if (rows < 0) return absl::InvalidArgumentError("a batched request needs inputs");
+  if (rows > options_.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Task size ", rows, " is larger than maximum input batch size ", options_.max_batch_size));
   }
+  const int64_t limit = options_.ExecutionBatchLimit();
   const std::string key = ShapeKey(inputs, options_.pad_variable_length_inputs);
-  task->inputs = std::move(inputs);
-  task->enqueue_ns = NowNanos();
-  auto future = task->result.get_future();
+  const int64_t enqueue_ns = NowNanos();
+  std::vector<std::shared_ptr<Task>> parts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the batcher is shutting down");
     Batch* open = queue_.empty() || queue_.back().closed ? nullptr : &queue_.back();
-    if (open != nullptr &&
-        (open->shape_key != key || open->rows + task->rows > options_.max_batch_size)) {
+    if (open != nullptr && open->shape_key != key) {
       open->closed = true;
       open = nullptr;
     }
-    if (open == nullptr) {
-      if (static_cast<int64_t>(queue_.size()) >= options_.max_enqueued_batches) {
-        return absl::UnavailableError(
-            "The batch scheduling queue to which this task was submitted is full");
+    // The rows each part takes: without splitting, the whole request in the open batch or a
+    // new one; with it, the room left in the open batch first, then full batches.
+    std::vector<int64_t> sizes;
+    if (!options_.enable_large_batch_splitting || rows <= limit - (open ? open->rows : limit)) {
+      if (open != nullptr && open->rows + rows > limit) {
+        open->closed = true;
+        open = nullptr;
       }
-      Batch& batch = queue_.emplace_back();
-      batch.shape_key = key;
-      batch.deadline_ns = task->enqueue_ns + options_.batch_timeout_micros * 1000;
-      open = &batch;
+      sizes.push_back(rows);
+    } else {
+      int64_t left = rows;
+      if (open != nullptr && open->rows < limit) {
+        sizes.push_back(std::min(left, limit - open->rows));
+        left -= sizes.back();
+      } else if (open != nullptr) {
+        open->closed = true;
+        open = nullptr;
+      }
+      for (; left > 0; left -= sizes.back()) sizes.push_back(std::min(left, limit));
     }
-    open->rows += task->rows;
-    open->tasks.push_back(task);
-    if (open->rows == options_.max_batch_size) open->closed = true;
+    // All parts are queued or none: a request is never half run.
+    const int64_t new_batches = static_cast<int64_t>(sizes.size()) - (open != nullptr ? 1 : 0);
+    if (static_cast<int64_t>(queue_.size()) + new_batches > options_.max_enqueued_batches) {
+      return absl::UnavailableError(
+          "The batch scheduling queue to which this task was submitted is full");
+    }
+    int64_t row = 0;
+    for (int64_t size : sizes) {
+      auto task = std::make_shared<Task>();
+      task->rows = size;
+      task->enqueue_ns = enqueue_ns;
+      if (sizes.size() == 1) {
+        task->inputs = std::move(inputs);
+      } else {
+        for (const auto& [name, tensor] : inputs) {
+          task->inputs.emplace(name, tensor.Slice(row, row + size));
+        }
+      }
+      row += size;
+      if (open == nullptr) {
+        Batch& batch = queue_.emplace_back();
+        batch.shape_key = key;
+        batch.deadline_ns = enqueue_ns + options_.batch_timeout_micros * 1000;
+        open = &batch;
+      }
+      open->rows += size;
+      open->tasks.push_back(task);
+      if (open->rows == limit) open->closed = true;
+      parts.push_back(std::move(task));
+      // Later parts always start a new batch (the earlier part filled this one).
+      open = nullptr;
+    }
   }
-  cv_.notify_one();
-  return future.get();
+  cv_.notify_all();
+  if (parts.size() == 1) return parts[0]->result.get_future().get();
+
+  // A split request: every part's outputs, concatenated in row order.
+  std::vector<TensorMap> outputs;
+  absl::Status failed;
+  for (auto& part : parts) {
+    auto result = part->result.get_future().get();
+    if (!result.ok() && failed.ok()) failed = result.status();
+    if (result.ok()) outputs.push_back(*std::move(result));
+  }
+  if (!failed.ok()) return failed;
+  TensorMap merged;
+  for (const auto& [name, first] : outputs[0]) {
+    Shape shape = first.shape();
+    shape.set_dim(0, rows);
+    for (const TensorMap& part : outputs) {
+      const Tensor& piece = part.at(name);
+      bool same = piece.dtype() == first.dtype() && piece.rank() == first.rank();
+      for (int d = 1; same && d < first.rank(); ++d) same = piece.dim(d) == first.dim(d);
+      if (!same) {
+        // Only pad_variable_length_inputs can give the parts' batches different shapes.
+        return absl::InternalError(absl::StrCat("the parts of a split request gave output '", name,
+                                                "' different shapes (", first.shape().ToString(),
+                                                " and ", piece.shape().ToString(),
+                                                "); they cannot be merged"));
+      }
+    }
+    Tensor tensor(first.dtype(), shape);
+    int64_t row = 0;
+    for (const TensorMap& part : outputs) {
+      const Tensor& piece = part.at(name);
+      CopyRows(piece, 0, piece.dim(0), &tensor, row);
+      row += piece.dim(0);
+    }
+    merged.emplace(name, std::move(tensor));
+  }
+  return merged;
 }
 
 Batcher::QueueDepth Batcher::Depth() {

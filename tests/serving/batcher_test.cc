@@ -262,5 +262,89 @@ TEST(BatcherTest, OptionsFromProtoValidate) {
   EXPECT_TRUE(BatchingOptionsFromProto(params)->pad_variable_length_inputs);
 }
 
+// enable_large_batch_splitting: a request larger than max_execution_batch_size runs in
+// several batches (the first part filling the room left in the open batch) and its outputs
+// come back merged, equal to running it unsplit.
+TEST(BatcherTest, LargeBatchSplittingRunsPartsAndMergesThemInOrder) {
+  Doubler doubler;
+  BatchingOptions options;
+  options.max_batch_size = 16;  // the largest request
+  options.enable_large_batch_splitting = true;
+  options.max_execution_batch_size = 4;  // the largest batch that runs
+  options.allowed_batch_sizes = {2, 4};
+  options.batch_timeout_micros = 300000;  // the second request finds the first's batch open
+  options.num_batch_threads = 1;
+  Batcher batcher(options, std::ref(doubler), "m", nullptr);
+  auto first = std::async(std::launch::async, [&] { return batcher.Run(Rows({0.5f})); });
+  while (batcher.Depth().requests == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<float> values;
+  for (int i = 0; i < 11; ++i) values.push_back(1.0f + i);
+  auto big = batcher.Run(Rows(values));
+  ASSERT_TRUE(big.ok()) << big.status();
+  const Tensor& y = big->at("y");
+  ASSERT_EQ(y.shape(), (Shape{11, 1}));
+  Doubler unsplit;
+  auto expected = unsplit(Rows(values));
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(y.data<float>()[i], expected->at("y").data<float>()[i]);
+  auto small = first.get();
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->at("y").data<float>()[0], 1.0f);
+  // The open batch takes 1 + 3 rows, then two full batches take the other 8 rows.
+  std::vector<int64_t> sizes = doubler.batch_sizes;
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 4, 4})) << "the 11 rows: 3 + 4 + 4";
+}
+
+TEST(BatcherTest, LargeBatchSplittingPadsTheLastPart) {
+  Doubler doubler;
+  BatchingOptions options;
+  options.max_batch_size = 10;
+  options.enable_large_batch_splitting = true;
+  options.max_execution_batch_size = 4;
+  options.allowed_batch_sizes = {2, 4};
+  options.num_batch_threads = 2;
+  Batcher batcher(options, std::ref(doubler), "m", nullptr);
+  auto out = batcher.Run(Rows({1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->at("y").shape(), (Shape{9, 1}));
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(out->at("y").data<float>()[i], 2.0f * (i + 1));
+  std::vector<int64_t> sizes = doubler.batch_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 4, 4}));  // 4 + 4 + 1 padded to 2
+  // Without splitting the same request is refused: it is larger than a batch.
+  BatchingOptions whole = options;
+  whole.enable_large_batch_splitting = false;
+  whole.max_batch_size = 4;
+  Batcher refusing(whole, std::ref(doubler), "m", nullptr);
+  EXPECT_FALSE(refusing.Run(Rows({1, 2, 3, 4, 5})).ok());
+  // Beyond max_batch_size a request is refused even with splitting.
+  EXPECT_FALSE(batcher.Run(Rows({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})).ok());
+}
+
+TEST(BatcherTest, LargeBatchSplittingOptionsFromProtoAsTfServing) {
+  tensorflow::serving::BatchingParameters params;
+  params.mutable_max_batch_size()->set_value(64);
+  params.mutable_enable_large_batch_splitting()->set_value(true);
+  params.mutable_max_execution_batch_size()->set_value(16);
+  params.add_allowed_batch_sizes(8);
+  params.add_allowed_batch_sizes(16);
+  auto options = BatchingOptionsFromProto(params);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->enable_large_batch_splitting);
+  EXPECT_EQ(options->ExecutionBatchLimit(), 16);
+  // The last allowed size must be max_execution_batch_size, not max_batch_size.
+  params.add_allowed_batch_sizes(64);
+  auto bad_last = BatchingOptionsFromProto(params);
+  ASSERT_FALSE(bad_last.ok());
+  EXPECT_THAT(bad_last.status().message(),
+              ::testing::HasSubstr("must be equal to max_execution_batch_size"));
+  params.clear_allowed_batch_sizes();
+  params.mutable_max_execution_batch_size()->set_value(128);  // above max_batch_size
+  EXPECT_FALSE(BatchingOptionsFromProto(params).ok());
+  params.clear_max_execution_batch_size();  // defaults to max_batch_size
+  EXPECT_EQ(BatchingOptionsFromProto(params)->ExecutionBatchLimit(), 64);
+  params.mutable_enable_large_batch_splitting()->set_value(false);
+  EXPECT_EQ(BatchingOptionsFromProto(params)->ExecutionBatchLimit(), 64);
+}
+
 }  // namespace
 }  // namespace kiln::serving

@@ -27,17 +27,30 @@ struct BatchingOptions {
   int64_t max_batch_size = 1000;
   int64_t batch_timeout_micros = 0;
   int64_t max_enqueued_batches = 100;
-  int num_batch_threads = 0;  // 0: the number of cores
+  int num_batch_threads = 0;                 // 0: the number of cores
   std::vector<int64_t> allowed_batch_sizes;  // empty: any size up to max_batch_size
   // Requests whose inputs differ in dimensions after the first merge into one batch, each
   // input padded to the largest size of each dimension with the request tensor's first
   // element (TF Serving's semantics); outputs are split back with the padded shape. Off:
   // requests with different shapes go to different batches.
   bool pad_variable_length_inputs = false;
+  // enable_large_batch_splitting: max_batch_size bounds a request, and a request that does not
+  // fit the room left in the open batch is split: its first rows fill that batch, the rest go
+  // to new batches of up to max_execution_batch_size rows; its outputs are merged back in row
+  // order. Off: a batch holds whole requests only, up to max_batch_size rows.
+  bool enable_large_batch_splitting = false;
+  int64_t max_execution_batch_size = 0;  // 0: max_batch_size (TF Serving's default)
+
+  // The largest batch that runs: max_execution_batch_size when splitting, else max_batch_size.
+  int64_t ExecutionBatchLimit() const {
+    return enable_large_batch_splitting && max_execution_batch_size > 0 ? max_execution_batch_size
+                                                                        : max_batch_size;
+  }
 };
 
-// Reads BatchingParameters (unset fields keep TF Serving's defaults) and checks them:
-// allowed_batch_sizes ascending and ending at max_batch_size.
+// Reads BatchingParameters (unset fields keep TF Serving's defaults) and checks them as TF
+// Serving does: allowed_batch_sizes ascending and ending at max_batch_size, or, with
+// enable_large_batch_splitting, ending at max_execution_batch_size <= max_batch_size.
 absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
     const tensorflow::serving::BatchingParameters& params);
 
