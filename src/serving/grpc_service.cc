@@ -99,7 +99,12 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
         PredictResult result,
         RunPredict(*servable, request->model_spec().signature_name(), std::move(inputs), filter));
     for (const std::string& key : result.output_order) {
-      TensorToProto(result.outputs.at(key), &(*response->mutable_outputs())[key]);
+      tensorflow::TensorProto& out = (*response->mutable_outputs())[key];
+      if (as_content) {
+        out = ToTensorProto(result.outputs.at(key));  // TF's Tensor::AsProtoTensorContent
+      } else {
+        TensorToProto(result.outputs.at(key), &out);
+      }
     }
     FillSpec(*servable, result.signature->key, response->mutable_model_spec());
     return absl::OkStatus();
@@ -115,6 +120,7 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
   RpcCounter::Scope rpc(counter_);
   const int64_t start_ns = NowNanos();
   Resolved resolved;
+    const bool as_content = core_->options().enable_serialization_as_tensor_content;
   const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     Resolve(*servable, request->model_spec().signature_name(), &resolved);

@@ -199,6 +199,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void Send(HttpResponse response, bool keep_alive, unsigned version, bool counted = false) {
     auto message = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(response.status), version);
+    for (const auto& field : message) {
+      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
     message->set(http::field::server, "kiln");
     message->set(http::field::content_type, response.content_type);
     if (response.gzip) {
@@ -240,6 +243,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Close() {
     beast::error_code ignored;
+    for (const auto& [name, value] : response.headers) message->set(name, value);
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 

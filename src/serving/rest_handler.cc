@@ -255,19 +255,64 @@ tensorflow::serving::Input InputFromJson(const ExamplesJsonRequest& request) {
 
 }  // namespace
 
-RestHandler::RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path)
-    : core_(core), metrics_(metrics), metrics_path_(std::move(metrics_path)) {}
+absl::string_view FindHeader(const HttpRequest& request, absl::string_view name) {
+  for (const auto& [key, value] : request.headers) {
+    if (absl::EqualsIgnoreCase(key, name)) return value;
+  }
+  return {};
+}
+
+RestHandler::RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path,
+                         bool enable_cors_support)
+    : core_(core),
+      metrics_(metrics),
+      metrics_path_(std::move(metrics_path)),
+      enable_cors_support_(enable_cors_support) {}
+
+namespace {
+
+// The paths TF Serving's REST dispatcher owns ("(?i)/v1/.*"), and KServe v2's beside them.
+bool IsApiPath(absl::string_view path) {
+  return absl::StartsWithIgnoreCase(path, "/v1/") || absl::StartsWithIgnoreCase(path, "/v2");
+}
+
+// TF Serving's CORS preflight: no handler runs; an Origin with an http(s) scheme is enough.
+HttpResponse Preflight(const HttpRequest& request) {
+  const absl::string_view origin = FindHeader(request, "Origin");
+  if (!absl::StrContains(origin, "http://") && !absl::StrContains(origin, "https://")) {
+    return ErrorResponse(
+        absl::FailedPreconditionError("Origin header is missing in CORS preflight"));
+  }
+  return HttpResponse();  // 200, empty body
+}
+
+}  // namespace
 
 HttpResponse RestHandler::Handle(const HttpRequest& request) const {
-  // The last line of defence: whatever escapes a handler (a failed allocation while
-  // decoding or encoding) is this request's error, never the server's end.
-  try {
-    return Route(request);
-  } catch (const std::bad_alloc&) {
-    return ErrorResponse(absl::ResourceExhaustedError("out of memory while handling this request"));
-  } catch (const std::exception& e) {
-    return ErrorResponse(absl::InternalError(absl::StrCat("unexpected error: ", e.what())));
+  absl::string_view path = request.target;
+  path = path.substr(0, path.find('?'));
+  const bool api = IsApiPath(path);
+  HttpResponse response = [&] {
+    if (api && request.method == "OPTIONS") return Preflight(request);
+    // The last line of defence: whatever escapes a handler (a failed allocation while
+    // decoding or encoding) is this request's error, never the server's end.
+    try {
+      return Route(request);
+    } catch (const std::bad_alloc&) {
+      return ErrorResponse(
+          absl::ResourceExhaustedError("out of memory while handling this request"));
+    } catch (const std::exception& e) {
+      return ErrorResponse(absl::InternalError(absl::StrCat("unexpected error: ", e.what())));
+    }
+  }();
+  // TF Serving adds them to every reply of its API paths, errors included, so that a browser
+  // shows the error instead of a CORS failure.
+  if (enable_cors_support_ && api) {
+    response.headers.emplace_back("Access-Control-Allow-Origin", "*");
+    response.headers.emplace_back("Access-Control-Allow-Methods", "POST, GET");
+    response.headers.emplace_back("Access-Control-Allow-Headers", "Content-Type");
   }
+  return response;
 }
 
 HttpResponse RestHandler::Route(const HttpRequest& request) const {

@@ -127,6 +127,7 @@ int RunServer(const ServeFlags& flags) {
   options.allow_version_labels_for_unavailable_models =
       flags.allow_version_labels_for_unavailable_models;
   options.enable_signature_method_name_check = flags.enable_signature_method_name_check;
+  options.enable_serialization_as_tensor_content = flags.enable_serialization_as_tensor_content;
   if (flags.enable_batching) {
     tensorflow::serving::BatchingParameters params;
     if (!flags.batching_parameters_file.empty()) {
@@ -196,7 +197,7 @@ int RunServer(const ServeFlags& flags) {
   std::fprintf(stderr, "Running gRPC ModelServer at %s:%d ...\n", flags.grpc_address.c_str(),
                grpc_port);
 
-  RestHandler rest_handler(core.get(), &metrics, metrics_path);
+  RestHandler rest_handler(core.get(), &metrics, metrics_path, flags.rest_api_enable_cors_support);
   // Set at SIGTERM/SIGINT: from then on readiness is false (see kShutdownGraceSeconds).
   std::atomic<bool> draining{false};
   StatusPageOptions page_options;

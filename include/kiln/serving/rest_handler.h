@@ -3,7 +3,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/server_core.h"
 
@@ -13,13 +16,18 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path and optional query
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // as received
 };
+
+// The value of the first header named `name` (case-insensitive); empty when absent.
+absl::string_view FindHeader(const HttpRequest& request, absl::string_view name);
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   bool gzip = false;  // `body` is gzip-compressed (sent with Content-Encoding: gzip)
+  std::vector<std::pair<std::string, std::string>> headers;  // sent besides the above
 };
 
 // TF Serving's mapping of status codes to HTTP codes.
@@ -29,8 +37,13 @@ HttpResponse ErrorResponse(const absl::Status& status);
 
 class RestHandler {
  public:
-  // `metrics_path` empty: no Prometheus endpoint.
-  RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path);
+  // `metrics_path` empty: no Prometheus endpoint. `enable_cors_support`
+  // (--rest_api_enable_cors_support): every reply of the API paths (/v1/..., /v2/...) carries
+  // TF Serving's CORS headers (Access-Control-Allow-Origin: *, -Methods: POST, GET,
+  // -Headers: Content-Type). A preflight (OPTIONS on an API path) is answered whether or not
+  // it is on, as TF Serving does: 200 when it has an http(s) Origin, else 400.
+  RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path,
+              bool enable_cors_support = false);
 
   HttpResponse Handle(const HttpRequest& request) const;
 
@@ -42,6 +55,7 @@ class RestHandler {
   ServerCore* const core_;
   ServingMetrics* const metrics_;
   const std::string metrics_path_;
+  const bool enable_cors_support_;
 };
 
 }  // namespace kiln::serving

@@ -107,6 +107,9 @@ struct ServerCoreOptions {
   bool allow_precompilation = false;
   bool allow_version_labels_for_unavailable_models = false;
   bool enable_signature_method_name_check = false;
+  // --enable_serialization_as_tensor_content: gRPC Predict replies carry each output's bytes in
+  // tensor_content (strings stay in string_val) instead of the typed *_val fields.
+  bool enable_serialization_as_tensor_content = false;
   ServingMetrics* metrics = nullptr;
 };
 

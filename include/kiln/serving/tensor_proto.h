@@ -11,6 +11,7 @@ using data::formats::DTypeFromProto;
 using data::formats::ShapeToProto;
 using data::formats::TensorFromProto;
 using data::formats::TensorToProto;
+using data::formats::ToTensorProto;
 using data::formats::ToTfDataType;
 
 }  // namespace kiln::serving
