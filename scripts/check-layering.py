@@ -42,10 +42,6 @@ ALLOWED = {
 # includes (or "link <library>") make it up: any other edge between the same modules is a
 # violation, and an entry the code no longer needs is an error, so the list can only shrink.
 KNOWN_EXCEPTIONS = {
-    ("opt", "kernels"): (
-        "opt includes the header-only contracts of kiln-domain fused ops (their attribute "
-        "encodings); they belong below both, in ir/ (issue 16, typed builders)",
-        {"kiln/kernels/fused_elementwise.h", "kiln/kernels/fused_post_ops.h"}),
 }
 
 # Two libraries are carved out of a folder by a source list in its CMakeLists.txt, read from

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/fused_post_ops.h"
 
 namespace kiln::ir {
 
@@ -381,7 +382,7 @@ int64_t ChannelBlock(MemoryLayout layout) {
 }
 
 bool LayoutAware(const Node& node) {
-  if (node.domain == "kiln") return node.op == "FusedConv";
+  if (node.domain == kKilnDomain) return node.op == kFusedConvOp;
   if (!node.domain.empty()) return false;
   return node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool" ||
          node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";
@@ -429,10 +430,7 @@ absl::Status VerifyLayouts(const Graph& graph, const std::string& where) {
     if (node.removed) continue;
     // A convolution takes a layout on X and on the residual of a fused Add (its last input),
     // a pool on X; everything else reads NCHW.
-    bool residual = false;
-    if (node.domain == "kiln" && node.op == "FusedConv") {
-      for (const std::string& op : node.GetStrings("post_ops")) residual |= op == "Add";
-    }
+    const bool residual = IsFusedConv(node) && HasResidual(node);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
       if (v == kNoValue || v >= graph.num_values() || !checked[v]) continue;

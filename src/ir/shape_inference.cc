@@ -170,7 +170,6 @@ const absl::flat_hash_map<std::string, Rule>& Rules() {
       out[0] = t;
     };
     (*r)["Conv"] = conv;
-    (*r)["FusedConv"] = conv;
     (*r)["Gemm"] = [](const Graph& g, const Node& n, std::vector<TensorType>& out) {
       const TensorType* a = InputType(g, n, 0);
       const TensorType* b = InputType(g, n, 1);
@@ -366,6 +365,8 @@ absl::Status InferGraph(Graph& graph) {
         KILN_RETURN_IF_ERROR(InferGraph(**g));
       }
     }
+    // Kiln-domain nodes have no rules: the optimizer writes them (FusedConv, FusedElementwise,
+    // ...) over values whose types inference already gave, and they keep those types.
     if (!node.domain.empty()) continue;
     auto it = Rules().find(node.op);
     if (it == Rules().end()) continue;

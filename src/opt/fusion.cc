@@ -1,307 +1,31 @@
-#include "kiln/opt/fusion.h"
-
+// Fusion: groups of ONNX nodes that exporters write out op by op become one node that runs in
+// one pass: decomposed GELU and LayerNorm become the ONNX ops (whose kernels are vectorized),
+// Conv / MatMul / Gemm absorb their bias, residual Add and activations as oneDNN post-ops
+// (kiln FusedConv / FusedMatMul / FusedGemm, include/kiln/ir/fused_post_ops.h), and chains of
+// float elementwise ops become one kiln FusedElementwise (include/kiln/ir/fused_elementwise.h).
+// Each fused node takes over the output value (and type) of the pattern's last node. One
+// ctx.Note per fused group, naming the nodes it replaced.
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
-#include "kiln/ir/op_traits.h"
-#include "kiln/kernels/fused_elementwise.h"
-#include "kiln/kernels/fused_post_ops.h"
+#include "kiln/ir/fused_elementwise.h"
+#include "kiln/ir/fused_post_ops.h"
 #include "kiln/opt/pass.h"
+#include "opt/graph_view.h"
 
 namespace kiln::opt {
 namespace {
 
-using ir::Graph;
-using ir::kNoNode;
-using ir::kNoValue;
-using ir::Node;
-using ir::NodeId;
-using ir::ValueId;
-
-// Read-only facts about the graph that the rewrites consult; Refresh() after each rewrite.
-class GraphView {
- public:
-  explicit GraphView(Graph& g) : g_(g) { Refresh(); }
-  void Refresh() {
-    consumers_ = g_.Consumers();
-    outputs_.clear();
-    outputs_.insert(g_.outputs.begin(), g_.outputs.end());
-  }
-  Graph& graph() { return g_; }
-
-  // The live node producing `v`, or null.
-  Node* Producer(ValueId v) {
-    if (v < 0 || v >= g_.num_values()) return nullptr;
-    const NodeId p = g_.value(v).producer;
-    if (p == kNoNode || g_.node(p).removed) return nullptr;
-    return &g_.node(p);
-  }
-  NodeId ProducerId(ValueId v) const {
-    if (v < 0 || v >= g_.num_values()) return kNoNode;
-    return g_.value(v).producer;
-  }
-  // True when `v` is read by exactly one node, once, as a plain input (not a subgraph capture),
-  // and is not a graph output: a rewrite may then absorb it.
-  bool IsPrivate(ValueId v) const {
-    if (v < 0 || v >= static_cast<ValueId>(consumers_.size()) || outputs_.count(v)) return false;
-    if (consumers_[v].size() != 1) return false;
-    const Node& reader = g_.node(consumers_[v][0]);
-    return std::count(reader.inputs.begin(), reader.inputs.end(), v) == 1;
-  }
-  // Number of reads of `v` (counting repeated inputs of one node), or -1 if it escapes.
-  int Reads(ValueId v) const {
-    if (outputs_.count(v)) return -1;
-    int reads = 0;
-    for (NodeId id : consumers_[v]) {
-      const Node& n = g_.node(id);
-      const int c = static_cast<int>(std::count(n.inputs.begin(), n.inputs.end(), v));
-      if (c == 0) return -1;  // a subgraph capture
-      reads += c;
-    }
-    return reads;
-  }
-  Node* SoleConsumer(ValueId v) {
-    if (!IsPrivate(v)) return nullptr;
-    return &g_.node(consumers_[v][0]);
-  }
-  const Tensor* Constant(ValueId v) const {
-    if (v < 0 || v >= g_.num_values() || !g_.value(v).constant) return nullptr;
-    return &*g_.value(v).constant;
-  }
-  std::optional<float> ScalarFloat(ValueId v) const {
-    const Tensor* t = Constant(v);
-    if (t == nullptr || t->num_elements() != 1) return std::nullopt;
-    if (t->dtype() == DType::kFloat32) return t->data<float>()[0];
-    if (t->dtype() == DType::kFloat64) return static_cast<float>(t->data<double>()[0]);
-    return std::nullopt;
-  }
-  // True when a one-element constant `c` broadcast against `x` cannot raise the result's rank
-  // (a pattern that treats it as a scalar must not change the output's shape).
-  bool KeepsRankOf(ValueId c, ValueId x) const {
-    const Tensor* t = Constant(c);
-    if (t == nullptr || t->rank() == 0) return true;
-    const ir::TensorType& xt = g_.value(x).type;
-    return xt.rank_known ? t->rank() <= xt.rank() : t->rank() <= 1;
-  }
-  bool IsFloat(ValueId v) const {
-    return v >= 0 && v < g_.num_values() && g_.value(v).type.dtype == DType::kFloat32;
-  }
-
- private:
-  Graph& g_;
-  std::vector<std::vector<NodeId>> consumers_;
-  std::set<ValueId> outputs_;
-};
-
-bool Is(const Node* n, absl::string_view op) {
-  return n != nullptr && !n->removed && n->domain.empty() && n->op == op;
-}
-
-// A pattern's irrational constants (1/sqrt(2)) are matched within a few float ulps, which is
-// how differently-computed float32 roundings of the same number differ. A looser match would
-// change what the graph computes: x / 1.4143 is not GELU's x / sqrt(2).
-bool Near(std::optional<float> v, float target, float tol = 1e-6f) {
-  return v.has_value() && std::fabs(*v - target) <= tol * std::max(1.0f, std::fabs(target));
-}
-
-// Rational constants (0.5, 1, 2) are matched exactly: a Mul by 0.5001 is not a GELU's halving.
-bool Exactly(std::optional<float> v, float target) { return v.has_value() && *v == target; }
-
-// Moves `to`'s output value so that `from` now produces it (used when a rewrite makes an
-// earlier node compute what the last node of a pattern produced).
-void TakeOverOutput(Graph& g, NodeId producer, int index, ValueId value) {
-  g.node(producer).outputs[index] = value;
-  g.value(value).producer = producer;
-  g.value(value).producer_output = index;
-}
-
-NodeId IdOf(Graph& g, const Node* n) { return static_cast<NodeId>(n - &g.node(0)); }
-
-}  // namespace
-
-absl::StatusOr<std::string> FoldBatchNormIntoConv(Graph& g) {
+// PyTorch's decomposed GELU (x * 0.5 * (1 + erf(x / sqrt(2)))) -> Gelu.
+absl::Status FuseGelu(Graph& g, PassContext& ctx) {
   GraphView view(g);
-  int folded = 0;
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    Node& bn = g.node(id);
-    if (!Is(&bn, "BatchNormalization") || bn.inputs.size() < 5 || bn.GetInt("training_mode", 0) != 0) continue;
-    if (bn.outputs.size() > 1 && std::any_of(bn.outputs.begin() + 1, bn.outputs.end(),
-                                             [&](ValueId v) { return v != kNoValue && view.Reads(v) != 0; })) {
-      continue;
-    }
-    Node* conv = view.Producer(bn.inputs[0]);
-    if (!Is(conv, "Conv") || !view.IsPrivate(bn.inputs[0]) || conv->inputs.size() < 2) continue;
-    const Tensor* w = view.Constant(conv->inputs[1]);
-    const Tensor* b = conv->inputs.size() > 2 ? view.Constant(conv->inputs[2]) : nullptr;
-    if (conv->inputs.size() > 2 && conv->inputs[2] != kNoValue && b == nullptr) continue;
-    const Tensor* scale = view.Constant(bn.inputs[1]);
-    const Tensor* shift = view.Constant(bn.inputs[2]);
-    const Tensor* mean = view.Constant(bn.inputs[3]);
-    const Tensor* var = view.Constant(bn.inputs[4]);
-    if (!w || !scale || !shift || !mean || !var || w->dtype() != DType::kFloat32) continue;
-    const int64_t m = w->dim(0);
-    bool ok = scale->num_elements() == m && shift->num_elements() == m && mean->num_elements() == m &&
-              var->num_elements() == m && (!b || b->num_elements() == m);
-    for (const Tensor* t : {scale, shift, mean, var}) ok = ok && t->dtype() == DType::kFloat32;
-    if (!ok) continue;
-    const float eps = bn.GetFloat("epsilon", 1e-5f);
-    Tensor new_w = w->Clone();
-    Tensor new_b(DType::kFloat32, Shape{m});
-    const int64_t per_channel = w->num_elements() / std::max<int64_t>(1, m);
-    // Folding scales the weights before the convolution instead of its output after. That
-    // computes the same only while the factor and the scaled weights are ordinary numbers: an
-    // infinite factor (var + eps == 0) turns a zero weight into NaN where the unfused graph has
-    // 0 * Inf only for a zero output, and a weight that overflows (or underflows to 0) when
-    // scaled makes 0 * w (or Inf * w) NaN where the unfused graph has 0 (or Inf). Such a
-    // BatchNorm stays as it is.
-    bool exact = true;
-    for (int64_t c = 0; c < m && exact; ++c) {
-      // The factor exactly as the BatchNormalization kernel computes it.
-      const float s = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
-      exact = std::isfinite(s);
-      float* row = new_w.data<float>() + c * per_channel;
-      for (int64_t i = 0; i < per_channel && exact; ++i) {
-        const float scaled = row[i] * s;
-        exact = !(std::isfinite(row[i]) && !std::isfinite(scaled)) &&
-                !(row[i] != 0.0f && s != 0.0f && scaled == 0.0f);
-        row[i] = scaled;
-      }
-      const float bias = b ? b->data<float>()[c] : 0.0f;
-      new_b.data<float>()[c] = (bias - mean->data<float>()[c]) * s + shift->data<float>()[c];
-    }
-    if (!exact) continue;
-    const NodeId conv_id = IdOf(g, conv);
-    const ValueId w_id = g.AddConstant(g.value(conv->inputs[1]).name + "_bnfolded", std::move(new_w));
-    const ValueId b_id = g.AddConstant(g.UniqueName(conv->name + "_bias_bnfolded"), std::move(new_b));
-    Node& c = g.node(conv_id);  // AddConstant may not move nodes, but keep the reference fresh
-    c.inputs.resize(3);
-    c.inputs[1] = w_id;
-    c.inputs[2] = b_id;
-    g.node(id).removed = true;
-    TakeOverOutput(g, conv_id, 0, g.node(id).outputs[0]);
-    ++folded;
-    view.Refresh();
-  }
-  return folded ? absl::StrCat("folded ", folded, " BatchNormalization into Conv") : "";
-}
-
-// Dropping the inner Reshape of Reshape(Reshape(x, inner), outer) must not turn an error into
-// an answer (onnx_graph_fuzz: x[2,1,1,5] reshaped to [] and then to [-1] ran when merged). A
-// target of known product P (no -1) fails unless x has P elements; with a -1 it fails unless
-// x's count is a multiple of P. So the outer fails whenever the inner does when both have no -1
-// and equal products, or both have a -1 and the inner's product divides the outer's. Zeros
-// (copy a dimension) and other negatives are not reasoned about.
-static bool OuterReshapeFailsWheneverInnerDoes(const Tensor& inner, const Tensor& outer) {
-  auto product = [](const Tensor& shape, bool* inferred) -> std::optional<int64_t> {
-    int64_t p = 1;
-    *inferred = false;
-    for (int64_t d : shape.span<int64_t>()) {
-      if (d == -1 && !*inferred) {
-        *inferred = true;
-      } else if (d <= 0 || __builtin_mul_overflow(p, d, &p)) {
-        return std::nullopt;
-      }
-    }
-    return p;
-  };
-  bool inner_inferred, outer_inferred;
-  const std::optional<int64_t> p_in = product(inner, &inner_inferred);
-  const std::optional<int64_t> p_out = product(outer, &outer_inferred);
-  if (!p_in || !p_out || inner_inferred != outer_inferred) return false;
-  return inner_inferred ? *p_out % *p_in == 0 : *p_in == *p_out;
-}
-
-absl::StatusOr<std::string> EliminateIdentityTransposeReshape(Graph& g) {
-  GraphView view(g);
-  int identities = 0, transposes = 0, reshapes = 0;
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    Node& n = g.node(id);
-    if (n.removed || !n.domain.empty() || n.inputs.empty() || n.outputs.empty()) continue;
-    const ValueId out = n.outputs[0];
-    // Readers of `out` must be plain inputs (not captures) and it must not be a graph output.
-    auto bypass = [&](ValueId replacement) {
-      if (view.Reads(out) < 0) return false;
-      g.ReplaceAllUses(out, replacement);
-      n.removed = true;
-      view.Refresh();
-      return true;
-    };
-    if (n.op == "Identity" ||
-        (n.op == "Dropout" && (n.outputs.size() < 2 || n.outputs[1] == kNoValue || view.Reads(n.outputs[1]) == 0) &&
-         (n.inputs.size() < 3 || n.inputs[2] == kNoValue ||
-          (view.Constant(n.inputs[2]) && !view.Constant(n.inputs[2])->data<bool>()[0])))) {
-      if (bypass(n.inputs[0])) ++identities;
-      continue;
-    }
-    if (n.op == "Transpose") {
-      const int rank = g.value(n.inputs[0]).type.rank_known ? g.value(n.inputs[0]).type.rank() : -1;
-      std::vector<int64_t> perm = n.GetInts("perm");
-      if (perm.empty()) {
-        if (rank < 0) continue;
-        for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
-      }
-      bool identity = true;
-      for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
-      if (identity) {
-        if (bypass(n.inputs[0])) ++transposes;
-        continue;
-      }
-      Node* inner = view.Producer(n.inputs[0]);
-      if (Is(inner, "Transpose") && view.IsPrivate(n.inputs[0])) {
-        std::vector<int64_t> p1 = inner->GetInts("perm");
-        if (p1.empty() || p1.size() != perm.size()) continue;
-        std::vector<int64_t> composed(perm.size());
-        for (size_t i = 0; i < perm.size(); ++i) composed[i] = p1[perm[i]];
-        n.inputs[0] = inner->inputs[0];
-        n.attrs["perm"] = composed;
-        inner->removed = true;
-        ++transposes;
-        view.Refresh();
-        --id;  // look at this node again: it may now be an identity
-      }
-      continue;
-    }
-    if (n.op == "Reshape" && n.inputs.size() >= 2) {
-      Node* inner = view.Producer(n.inputs[0]);
-      const Tensor* shape = view.Constant(n.inputs[1]);
-      if (!Is(inner, "Reshape") || !view.IsPrivate(n.inputs[0]) || shape == nullptr ||
-          shape->dtype() != DType::kInt64) {
-        continue;
-      }
-      bool has_zero = false;
-      for (int64_t d : shape->span<int64_t>()) has_zero = has_zero || d == 0;
-      if (has_zero) continue;  // 0 copies a dimension of the (inner) input: not composable
-      const Tensor* inner_shape =
-          inner->inputs.size() >= 2 ? view.Constant(inner->inputs[1]) : nullptr;
-      if (inner_shape == nullptr || inner_shape->dtype() != DType::kInt64 ||
-          !OuterReshapeFailsWheneverInnerDoes(*inner_shape, *shape)) {
-        continue;
-      }
-      n.inputs[0] = inner->inputs[0];
-      inner->removed = true;
-      ++reshapes;
-      view.Refresh();
-    }
-  }
-  std::vector<std::string> parts;
-  if (identities) parts.push_back(absl::StrCat("removed ", identities, " Identity/Dropout"));
-  if (transposes) parts.push_back(absl::StrCat("removed or merged ", transposes, " Transpose"));
-  if (reshapes) parts.push_back(absl::StrCat("merged ", reshapes, " Reshape chains"));
-  std::string summary;
-  for (const std::string& p : parts) summary += (summary.empty() ? "" : "; ") + p;
-  return summary;
-}
-
-absl::StatusOr<std::string> FuseGelu(Graph& g) {
-  GraphView view(g);
-  int fused = 0;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     Node& erf = g.node(id);
     if (!Is(&erf, "Erf")) continue;
@@ -359,31 +83,31 @@ absl::StatusOr<std::string> FuseGelu(Graph& g) {
     gelu.inputs = {x};
     gelu.outputs = {out};
     gelu.attrs["approximate"] = std::string("none");
-    g.AddNode(std::move(gelu));
-    ++fused;
+    const std::string note = absl::StrCat("fused ", DescribeNodes({chain.begin(), chain.end()}),
+                                          " into ", gelu.Describe());
+    g.AddNode(std::move(gelu));  // may move the nodes `chain` points to
+    ctx.Note(note);
     view.Refresh();
   }
-  return fused ? absl::StrCat("fused ", fused, " decomposed GELU into Gelu") : "";
+  return absl::OkStatus();
 }
-
-namespace {
 
 // The single reduced axis of a ReduceMean (from its axes input or attribute), or nullopt.
 std::optional<int64_t> SingleAxis(GraphView& view, const Node& n) {
   std::vector<int64_t> axes = n.GetInts("axes");
   if (axes.empty() && n.inputs.size() > 1) {
     const Tensor* t = view.Constant(n.inputs[1]);
-    if (t && t->dtype() == DType::kInt64) axes.assign(t->data<int64_t>(), t->data<int64_t>() + t->num_elements());
+    if (t && t->dtype() == DType::kInt64)
+      axes.assign(t->data<int64_t>(), t->data<int64_t>() + t->num_elements());
   }
   if (axes.size() != 1 || n.GetInt("keepdims", 1) != 1) return std::nullopt;
   return axes[0];
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
+// Decomposed layer normalization over the last axis (ReduceMean, Sub, Pow, ReduceMean, Add,
+// Sqrt, Div, [Mul, Add]) -> LayerNormalization.
+absl::Status FuseLayerNorm(Graph& g, PassContext& ctx) {
   GraphView view(g);
-  int fused = 0;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     Node& div = g.node(id);
     if (!Is(&div, "Div")) continue;
@@ -392,7 +116,8 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     if (!Is(sub, "Sub") || !Is(sqrt, "Sqrt") || !view.IsPrivate(div.inputs[1])) continue;
     const ValueId x = sub->inputs[0];
     Node* mean = view.Producer(sub->inputs[1]);
-    if (!Is(mean, "ReduceMean") || mean->inputs[0] != x || !view.IsPrivate(sub->inputs[1])) continue;
+    if (!Is(mean, "ReduceMean") || mean->inputs[0] != x || !view.IsPrivate(sub->inputs[1]))
+      continue;
     Node* add_eps = view.Producer(sqrt->inputs[0]);
     if (!Is(add_eps, "Add") || !view.IsPrivate(sqrt->inputs[0])) continue;
     const int var_side = view.ScalarFloat(add_eps->inputs[1]) ? 0 : 1;
@@ -470,26 +195,26 @@ absl::StatusOr<std::string> FuseLayerNorm(Graph& g) {
     ln.outputs = {out};
     ln.attrs["axis"] = int64_t{-1};
     ln.attrs["epsilon"] = *eps;
-    g.AddNode(std::move(ln));
-    ++fused;
+    const std::string note = absl::StrCat("fused ", DescribeNodes({chain.begin(), chain.end()}),
+                                          " into ", ln.Describe());
+    g.AddNode(std::move(ln));  // may move the nodes `chain` points to
+    ctx.Note(note);
     view.Refresh();
   }
-  return fused ? absl::StrCat("fused ", fused, " decomposed LayerNorm into LayerNormalization") : "";
+  return absl::OkStatus();
 }
 
-namespace {
-
-// The oneDNN post-op an activation node maps to, if any.
-std::optional<std::tuple<std::string, float, float>> AsPostOp(GraphView& view, const Node& n) {
+// The fused post-op an activation node maps to, if any (include/kiln/ir/fused_post_ops.h).
+std::optional<ir::PostOp> AsPostOp(GraphView& view, const Node& n) {
   if (!n.domain.empty()) return std::nullopt;
-  if (n.op == "Relu" || n.op == "Sigmoid" || n.op == "Tanh" || n.op == "HardSwish" || n.op == "Softplus") {
-    return std::make_tuple(n.op, 0.0f, 0.0f);
+  if (n.op == "Relu" || n.op == "Sigmoid" || n.op == "Tanh" || n.op == "HardSwish" ||
+      n.op == "Softplus") {
+    return ir::PostOp{n.op};
   }
-  if (n.op == "LeakyRelu") return std::make_tuple(n.op, n.GetFloat("alpha", 0.01f), 0.0f);
-  if (n.op == "Elu") return std::make_tuple(n.op, n.GetFloat("alpha", 1.0f), 0.0f);
+  if (n.op == "LeakyRelu") return ir::PostOp{n.op, n.GetFloat("alpha", 0.01f)};
+  if (n.op == "Elu") return ir::PostOp{n.op, n.GetFloat("alpha", 1.0f)};
   if (n.op == "Gelu") {
-    return std::make_tuple(std::string(n.GetString("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu"), 0.0f,
-                           0.0f);
+    return ir::PostOp{n.GetString("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu"};
   }
   if (n.op == "Clip") {
     float lo = n.GetFloat("min", -std::numeric_limits<float>::infinity());
@@ -504,7 +229,7 @@ std::optional<std::tuple<std::string, float, float>> AsPostOp(GraphView& view, c
       if (!v) return std::nullopt;
       hi = *v;
     }
-    return std::make_tuple(std::string("Clip"), lo, hi);
+    return ir::PostOp{"Clip", lo, hi};
   }
   return std::nullopt;
 }
@@ -514,16 +239,19 @@ bool SameType(const ir::TensorType& a, const ir::TensorType& b) {
   for (int i = 0; i < a.rank(); ++i) {
     const ir::Dim& x = a.dims[i];
     const ir::Dim& y = b.dims[i];
-    if (x.is_known() ? !(y.is_known() && x.value == y.value) : (x.symbol.empty() || x.symbol != y.symbol)) return false;
+    if (x.is_known() ? !(y.is_known() && x.value == y.value)
+                     : (x.symbol.empty() || x.symbol != y.symbol)) {
+      return false;
+    }
   }
   return true;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
+// Conv / MatMul / Gemm followed by a bias Add, a residual Add and activations -> kiln
+// FusedConv / FusedMatMul / FusedGemm running them as oneDNN post-ops (or, for the bias alone,
+// the op's own bias input).
+absl::Status FuseConvMatMulPostOps(Graph& g, PassContext& ctx) {
   GraphView view(g);
-  int fused_nodes = 0, bias = 0, residual = 0, activations = 0;
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     {
       Node& n = g.node(id);
@@ -546,9 +274,9 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
         if (b_rank != 2) continue;
       }
     }
-    std::vector<std::string> post_ops;
-    std::vector<float> alphas, betas;
-    int absorbed = 0;
+    std::vector<ir::PostOp> post_ops;
+    // What the note says was absorbed: "Add 'b' (bias)", "Relu 'r'".
+    std::vector<std::string> absorbed;
     for (;;) {
       Node& n = g.node(id);
       const ValueId out = n.outputs[0];
@@ -588,22 +316,24 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
             }
           }
           if (fits) {
-            const ValueId b = g.AddConstant(g.value(other).name + "_bias", *c->Reshape(Shape{channels}));
+            const ValueId b =
+                g.AddConstant(g.value(other).name + "_bias", *c->Reshape(Shape{channels}));
             Node& self = g.node(id);
             self.inputs.resize(3, kNoValue);
             self.inputs[2] = b;
             if (self.op == "Gemm") self.attrs["beta"] = 1.0f;
-            ++bias;
+            absorbed.push_back(absl::StrCat(next->Describe(), " (bias)"));
             took = true;
           }
         }
         // The residual is oneDNN's sum post-op, so it may only follow post-ops that run inside
-        // the primitive (kernels/fused_post_ops.h): after a Relu it would have to run before the
+        // the primitive (ir/fused_post_ops.h): after a Relu it would have to run before the
         // kernel's epilogue applies that Relu.
         bool inside_primitive = true;
-        for (size_t i = 0; i < post_ops.size(); ++i) {
-          inside_primitive =
-              inside_primitive && kernels::PostOpRunsInsidePrimitive(post_ops[i], alphas[i]);
+        bool has_residual = false;
+        for (const ir::PostOp& p : post_ops) {
+          inside_primitive = inside_primitive && ir::PostOpRunsInsidePrimitive(p.kind, p.alpha);
+          has_residual = has_residual || p.kind == ir::kResidualPostOp;
         }
         // The kernel may write its output over the residual's memory, so the residual must not
         // also be an operand the product still reads (x @ W + x, a conv's input added back).
@@ -611,57 +341,48 @@ absl::StatusOr<std::string> FuseConvMatMulPostOps(Graph& g) {
         const bool residual_is_operand =
             std::find(self.inputs.begin(), self.inputs.end(), other) != self.inputs.end();
         if (!took && c == nullptr && inside_primitive && !residual_is_operand &&
-            SameType(g.value(other).type, g.value(out).type) &&
-            std::find(post_ops.begin(), post_ops.end(), "Add") == post_ops.end() &&
+            SameType(g.value(other).type, g.value(out).type) && !has_residual &&
             !(g.node(id).op == "Gemm" && g.node(id).GetFloat("alpha", 1.0f) != 1.0f)) {
           Node& self = g.node(id);
           self.inputs.resize(std::max<size_t>(self.inputs.size(), 3), kNoValue);
           self.inputs.push_back(other);
-          post_ops.push_back("Add");
-          alphas.push_back(0);
-          betas.push_back(0);
-          ++residual;
+          post_ops.push_back({ir::kResidualPostOp});
+          absorbed.push_back(absl::StrCat(next->Describe(), " (residual)"));
           took = true;
         }
       } else if (auto act = AsPostOp(view, *next)) {
-        post_ops.push_back(std::get<0>(*act));
-        alphas.push_back(std::get<1>(*act));
-        betas.push_back(std::get<2>(*act));
-        ++activations;
+        post_ops.push_back(*act);
+        absorbed.push_back(next->Describe());
         took = true;
       }
       if (!took) break;
       // `next` is absorbed: this node now produces next's output.
       g.node(next_id).removed = true;
       TakeOverOutput(g, id, 0, g.node(next_id).outputs[0]);
-      ++absorbed;
       view.Refresh();
     }
-    if (absorbed == 0) continue;
+    if (absorbed.empty()) continue;
     Node& n = g.node(id);
+    std::string note = absl::StrCat("fused ", n.Describe());
+    for (const std::string& a : absorbed) absl::StrAppend(&note, " + ", a);
     if (!post_ops.empty() || n.op == "MatMul") {
-      n.domain = "kiln";
-      n.op = n.op == "Conv" ? "FusedConv" : n.op == "MatMul" ? "FusedMatMul" : "FusedGemm";
-      if (!post_ops.empty()) {
-        n.attrs["post_ops"] = post_ops;
-        n.attrs["post_op_alphas"] = alphas;
-        n.attrs["post_op_betas"] = betas;
-      }
+      n.domain = ir::kKilnDomain;
+      n.op = ir::FusedOpFor(n.op);
+      ir::SetPostOps(n, post_ops);
+      absl::StrAppend(&note, " into ", n.op);
+    } else {
+      absl::StrAppend(&note, " as its bias input");
     }
-    ++fused_nodes;
+    ctx.Note(std::move(note));
   }
-  if (fused_nodes == 0) return "";
-  return absl::StrCat("fused ", fused_nodes, " Conv/MatMul/Gemm with ", bias, " bias, ", residual,
-                      " residual Add and ", activations, " activation nodes");
+  return absl::OkStatus();
 }
-
-namespace {
 
 const std::set<std::string>& UnaryElementwise() {
   static const std::set<std::string> ops = {
-      "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Sign", "Sin", "Cos", "Erf",
-      "Relu", "Sigmoid", "Tanh", "Softplus", "Softsign", "HardSwish", "LeakyRelu", "Elu", "Selu",
-      "HardSigmoid", "Gelu", "Clip"};
+      "Abs",      "Neg",       "Exp",       "Log", "Sqrt", "Reciprocal",  "Floor", "Ceil",
+      "Sign",     "Sin",       "Cos",       "Erf", "Relu", "Sigmoid",     "Tanh",  "Softplus",
+      "Softsign", "HardSwish", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Gelu",  "Clip"};
   return ops;
 }
 const std::set<std::string>& BinaryElementwise() {
@@ -685,13 +406,15 @@ std::optional<std::vector<std::string>> UnaryAttrs(GraphView& view, const Node& 
                                     f("gamma", n.GetFloat("gamma", 1.05070102f))};
   }
   if (n.op == "HardSigmoid") {
-    return std::vector<std::string>{f("alpha", n.GetFloat("alpha", 0.2f)), f("beta", n.GetFloat("beta", 0.5f))};
+    return std::vector<std::string>{f("alpha", n.GetFloat("alpha", 0.2f)),
+                                    f("beta", n.GetFloat("beta", 0.5f))};
   }
-  if (n.op == "Gelu") return std::vector<std::string>{"approximate=" + n.GetString("approximate", "none")};
+  if (n.op == "Gelu")
+    return std::vector<std::string>{"approximate=" + n.GetString("approximate", "none")};
   if (n.op == "Clip") {
     auto post = AsPostOp(view, n);
     if (!post) return std::nullopt;
-    const float lo = std::get<1>(*post), hi = std::get<2>(*post);
+    const float lo = post->alpha, hi = post->beta;
     if (std::isnan(lo) || std::isnan(hi)) return std::nullopt;  // left to the Clip kernel
     // Only the defaults may be left out: a bound of +inf below (or -inf above) is a real
     // bound that makes every value inf (onnx_graph_fuzz: Clip(x, min=inf) came out as x).
@@ -703,13 +426,14 @@ std::optional<std::vector<std::string>> UnaryAttrs(GraphView& view, const Node& 
   return std::vector<std::string>{};
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
+// Connected chains of float elementwise ops whose intermediates have no other reader -> one
+// kiln FusedElementwise node (one pass over memory).
+absl::Status FuseElementwiseChains(Graph& g, PassContext& ctx) {
   GraphView view(g);
   KILN_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.TopologicalOrder());
   auto fusable = [&](const Node& n) {
-    if (n.removed || !n.domain.empty() || n.outputs.size() != 1 || !view.IsFloat(n.outputs[0])) return false;
+    if (n.removed || !n.domain.empty() || n.outputs.size() != 1 || !view.IsFloat(n.outputs[0]))
+      return false;
     if (UnaryElementwise().count(n.op)) {
       return view.IsFloat(n.inputs[0]) && UnaryAttrs(view, n).has_value();
     }
@@ -740,10 +464,9 @@ absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
     chains[joined].push_back(id);
     chain_of_output[n.outputs[0]] = joined;
   }
-  int fused = 0, absorbed = 0;
   for (const std::vector<NodeId>& chain : chains) {
     if (chain.size() < 2) continue;
-    kernels::FusedElementwiseBuilder builder;
+    ir::FusedElementwiseBuilder builder;
     std::map<ValueId, std::string> reg;
     std::vector<ValueId> inputs;
     // A one-element constant becomes an immediate only where it cannot raise the result's rank
@@ -757,9 +480,9 @@ absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
           c != nullptr &&
           (c->rank() == 0 || (ot != nullptr && ot->rank_known && c->rank() <= ot->rank()));
       if (auto s = view.ScalarFloat(v); s && keeps_rank) {
-        return kernels::FusedElementwiseBuilder::Constant(*s);
+        return ir::FusedElementwiseBuilder::Constant(*s);
       }
-      const std::string r = kernels::FusedElementwiseBuilder::Input(static_cast<int>(inputs.size()));
+      const std::string r = ir::FusedElementwiseBuilder::Input(static_cast<int>(inputs.size()));
       inputs.push_back(v);
       reg[v] = r;
       return r;
@@ -778,116 +501,32 @@ absl::StatusOr<std::string> FuseElementwiseChains(Graph& g) {
     }
     const Node& last = g.node(chain.back());
     Node fusedn;
-    fusedn.domain = kernels::kFusedElementwiseDomain;
-    fusedn.op = kernels::kFusedElementwiseOp;
+    fusedn.domain = ir::kFusedElementwiseDomain;
+    fusedn.op = ir::kFusedElementwiseOp;
     fusedn.name = last.name.empty() ? "fused_elementwise" : last.name + "_fused";
     fusedn.inputs = inputs;
     fusedn.outputs = {last.outputs[0]};
     fusedn.attrs = builder.Attributes();
     // A chain whose inputs are all scalar immediates has no tensor input to give it a shape.
     if (inputs.empty()) continue;
-    for (NodeId id : chain) g.node(id).removed = true;
-    g.AddNode(std::move(fusedn));
-    ++fused;
-    absorbed += static_cast<int>(chain.size());
+    std::vector<const Node*> replaced;
+    for (NodeId id : chain) {
+      g.node(id).removed = true;
+      replaced.push_back(&g.node(id));
+    }
+    const std::string note =
+        absl::StrCat("fused ", DescribeNodes(replaced), " into ", fusedn.Describe());
+    g.AddNode(std::move(fusedn));  // may move the nodes `replaced` points to
+    ctx.Note(note);
   }
-  return fused ? absl::StrCat("fused ", absorbed, " elementwise nodes into ", fused, " FusedElementwise") : "";
-}
-
-
-namespace {
-
-bool AttributesEqual(const ir::Attribute& a, const ir::Attribute& b) {
-  if (a.index() != b.index()) return false;
-  return std::visit(
-      [&](const auto& x) -> bool {
-        using T = std::decay_t<decltype(x)>;
-        const T& y = std::get<T>(b);
-        if constexpr (std::is_same_v<T, Tensor>) {
-          return TensorsEqual(x, y);
-        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-          if (x.size() != y.size()) return false;
-          for (size_t i = 0; i < x.size(); ++i) {
-            if (!TensorsEqual(x[i], y[i])) return false;
-          }
-          return true;
-        } else if constexpr (std::is_same_v<T, ir::GraphPtr> || std::is_same_v<T, std::vector<ir::GraphPtr>>) {
-          return false;  // subgraphs are never merged
-        } else {
-          return x == y;
-        }
-      },
-      a);
-}
-
-bool SameComputation(const Node& a, const Node& b) {
-  if (a.op != b.op || a.domain != b.domain || a.inputs != b.inputs || a.outputs.size() != b.outputs.size() ||
-      a.attrs.size() != b.attrs.size()) {
-    return false;
-  }
-  for (const auto& [key, value] : a.attrs) {
-    auto it = b.attrs.find(key);
-    if (it == b.attrs.end() || !AttributesEqual(value, it->second)) return false;
-  }
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-// Common-subexpression elimination: two nodes with the same operator, attributes and inputs
-// compute the same values unless they draw random numbers or run subgraphs (ir/op_traits.h),
-// so the later node's outputs are replaced by the earlier node's.
-absl::StatusOr<std::string> EliminateCommonSubexpressions(Graph& g) {
-  KILN_ASSIGN_OR_RETURN(std::vector<NodeId> order, g.TopologicalOrder());
-  std::map<std::tuple<std::string, std::string, std::vector<ValueId>>, std::vector<NodeId>> seen;
-  std::set<ValueId> graph_outputs(g.outputs.begin(), g.outputs.end());
-  int merged = 0;
-  for (NodeId id : order) {
-    Node& n = g.node(id);
-    if (ir::IsNondeterministic(n) || ir::HasSubgraph(n)) continue;
-    auto& candidates = seen[{n.domain, n.op, n.inputs}];
-    NodeId twin = kNoNode;
-    for (NodeId c : candidates) {
-      if (SameComputation(g.node(c), n)) twin = c;
-    }
-    bool escapes = false;
-    for (ValueId v : n.outputs) escapes = escapes || graph_outputs.count(v) > 0;
-    if (twin == kNoNode || escapes) {
-      candidates.push_back(id);
-      continue;
-    }
-    for (size_t i = 0; i < n.outputs.size(); ++i) {
-      if (n.outputs[i] != kNoValue && g.node(twin).outputs[i] != kNoValue) {
-        g.ReplaceAllUses(n.outputs[i], g.node(twin).outputs[i]);
-      }
-    }
-    n.removed = true;
-    ++merged;
-  }
-  return merged ? absl::StrCat("merged ", merged, " duplicate nodes") : "";
-}
-
-namespace {
-
-// Adapts a rewrite to the pass manager: value types first (the rewrites consult dtypes and
-// shapes), then the rewrite, whose summary goes to the OptimizationLog.
-PassFunction WithTypes(absl::StatusOr<std::string> (*rewrite)(Graph&)) {
-  return [rewrite](Graph& g, PassContext& ctx) -> absl::Status {
-    KILN_RETURN_IF_ERROR(ir::InferShapes(g));
-    KILN_ASSIGN_OR_RETURN(std::string summary, rewrite(g));
-    if (!summary.empty()) ctx.Note(std::move(summary));
-    return absl::OkStatus();
-  };
-}
-
-}  // namespace
-
-KILN_REGISTER_PASS("common_subexpression_elimination", 120, WithTypes(EliminateCommonSubexpressions));
-KILN_REGISTER_PASS("identity_transpose_reshape_elimination", 150, WithTypes(EliminateIdentityTransposeReshape));
-KILN_REGISTER_PASS("batchnorm_folding", 200, WithTypes(FoldBatchNormIntoConv));
-KILN_REGISTER_PASS("gelu_fusion", 250, WithTypes(FuseGelu));
-KILN_REGISTER_PASS("layernorm_fusion", 260, WithTypes(FuseLayerNorm));
-KILN_REGISTER_PASS("conv_matmul_post_op_fusion", 300, WithTypes(FuseConvMatMulPostOps));
-KILN_REGISTER_PASS("elementwise_chain_fusion", 350, WithTypes(FuseElementwiseChains));
+KILN_REGISTER_PASS("gelu_fusion", 250, FuseGelu);
+KILN_REGISTER_PASS("layernorm_fusion", 260, FuseLayerNorm);
+KILN_REGISTER_PASS("conv_matmul_post_op_fusion", 300, FuseConvMatMulPostOps);
+KILN_REGISTER_PASS("elementwise_chain_fusion", 350, FuseElementwiseChains);
 
 }  // namespace kiln::opt

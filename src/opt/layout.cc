@@ -15,19 +15,16 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
+#include "opt/graph_view.h"
 
 namespace kiln::opt {
 namespace {
 
-using ir::Graph;
-using ir::Node;
-using ir::NodeId;
-using ir::ValueId;
-
 bool IsConv2D(const Graph& g, const Node& n) {
-  const bool conv = (n.domain.empty() && n.op == "Conv") || (n.domain == "kiln" && n.op == "FusedConv");
+  const bool conv = (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n);
   if (!conv || n.inputs.size() < 2 || n.outputs.empty()) return false;
   const ValueId w = n.inputs[1];
   if (w < 0 || w >= g.num_values() || !g.value(w).constant) return false;
@@ -55,15 +52,6 @@ bool IsWindowPool(const Graph& g, const Node& n) {
   return true;
 }
 
-// Index of the residual input of a FusedConv with an "Add" post-op, or -1.
-int ResidualIndex(const Node& n) {
-  if (n.domain != "kiln") return -1;
-  for (const std::string& op : n.GetStrings("post_ops")) {
-    if (op == "Add") return static_cast<int>(n.inputs.size()) - 1;
-  }
-  return -1;
-}
-
 bool HasSubgraphs(const Graph& g) {
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
@@ -88,7 +76,7 @@ absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
     auto reader_accepts = [&](const Node& reader, ValueId v) {
       if (IsConv2D(g, reader)) {
         // As X or as the residual only (a conv reading it as weights or bias cannot).
-        const int residual = ResidualIndex(reader);
+        const int residual = ir::ResidualInput(reader);
         for (size_t i = 1; i < reader.inputs.size(); ++i) {
           if (reader.inputs[i] == v && static_cast<int>(i) != residual) return false;
         }

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/kernels/fused_elementwise.h"
+#include "kiln/ir/fused_elementwise.h"
 #include "math_test_util.h"
 
 namespace kiln::kernels::math_test {
@@ -70,9 +70,10 @@ KernelTestOptions Kiln() {
 
 TEST(FusedElementwise, ChainMatchesSeparateOps) {
   // y = gelu_tanh(x0 * x1 + 1), z = x0 * x1 with x1 broadcast over rows.
-  FusedElementwiseBuilder b;
-  const std::string prod = b.Binary("Mul", FusedElementwiseBuilder::Input(0), FusedElementwiseBuilder::Input(1));
-  const std::string sum = b.Binary("Add", prod, FusedElementwiseBuilder::Constant(1.f));
+  ir::FusedElementwiseBuilder b;
+  const std::string prod =
+      b.Binary("Mul", ir::FusedElementwiseBuilder::Input(0), ir::FusedElementwiseBuilder::Input(1));
+  const std::string sum = b.Binary("Add", prod, ir::FusedElementwiseBuilder::Constant(1.f));
   const std::string act = b.Unary("Gelu", sum, {"approximate=tanh"});
   b.AddOutput(act);
   b.AddOutput(prod);

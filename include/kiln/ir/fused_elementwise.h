@@ -24,7 +24,9 @@
 // Example, y = gelu_tanh(x0 * x1 + 1) and z = x0 * x1:
 //   program = {"Mul t0 x0 x1", "Add t1 t0 c:1", "Gelu t2 t1 approximate=tanh"}
 //   outputs = {"t2", "t0"}
-// FusedElementwiseBuilder below writes these attributes.
+// FusedElementwiseBuilder below writes these attributes. This contract lives in ir/, below
+// both the optimizer pass that writes the node (src/opt/fusion.cc) and the kernel that reads
+// it (src/kernels/cpu/math_fused.cc), so neither depends on the other.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +38,12 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/ir/graph.h"
 
-namespace kiln::kernels {
+namespace kiln::ir {
 
 inline constexpr char kFusedElementwiseDomain[] = "kiln";
 inline constexpr char kFusedElementwiseOp[] = "FusedElementwise";
+inline constexpr char kFusedElementwiseProgramAttr[] = "program";
+inline constexpr char kFusedElementwiseOutputsAttr[] = "outputs";
 
 class FusedElementwiseBuilder {
  public:
@@ -62,10 +66,10 @@ class FusedElementwiseBuilder {
   }
   void AddOutput(const std::string& reg) { outputs_.push_back(reg); }
 
-  std::map<std::string, ir::Attribute> Attributes() const {
-    std::map<std::string, ir::Attribute> attrs;
-    attrs["program"] = program_;
-    if (!outputs_.empty()) attrs["outputs"] = outputs_;
+  std::map<std::string, Attribute> Attributes() const {
+    std::map<std::string, Attribute> attrs;
+    attrs[kFusedElementwiseProgramAttr] = program_;
+    if (!outputs_.empty()) attrs[kFusedElementwiseOutputsAttr] = outputs_;
     return attrs;
   }
   const std::vector<std::string>& program() const { return program_; }
@@ -86,4 +90,4 @@ class FusedElementwiseBuilder {
   std::vector<std::string> outputs_;
 };
 
-}  // namespace kiln::kernels
+}  // namespace kiln::ir

@@ -1,6 +1,6 @@
 // What the optimizer and the plan compiler may assume about an operator beyond its shape
 // rule. This is the one list: constant folding (opt/basic_passes.cc), common-subexpression
-// elimination (opt/fusion.cc) and compile-time evaluation (exec/plan.cc) all ask here, so an
+// elimination (opt/simplify.cc) and compile-time evaluation (exec/plan.cc) all ask here, so an
 // operator added to it is protected by all three at once.
 #pragma once
 

@@ -4,8 +4,8 @@
 // Adding a pass is one function and one registration line:
 //
 //   absl::Status FoldBatchNorm(ir::Graph& graph, opt::PassContext& ctx) {
-//     ... rewrite graph; for each rewrite: ctx.Note("folded BatchNormalization 'bn1' into
-//     Conv 'conv1'");
+//     ... rewrite graph; for each rewrite:
+//     ctx.Note(absl::StrCat("folded ", bn.Describe(), " into ", conv.Describe()));
 //     return absl::OkStatus();
 //   }
 //   KILN_REGISTER_PASS("batchnorm_folding", 200, FoldBatchNorm);
@@ -13,7 +13,21 @@
 // Passes run in ascending `order` (ties by name); the manager runs the whole list until
 // nothing changes (at most a few rounds), verifies the graph after each pass (a pass that
 // breaks the graph is a bug: the error names the pass), and compacts the graph at the end.
-// Suggested orders: 100 cleanup/folding, 200 algebraic rewrites, 300 fusion, 900 DCE.
+// Suggested orders: 100 cleanup/folding, 120-150 redundancy elimination, 200 algebraic
+// rewrites, 300 fusion, 400 layout, 900 DCE.
+//
+// Every pass follows two rules:
+// - One ctx.Note per rewrite, naming the nodes it rewrote (ir::Node::Describe(): "Conv
+//   'conv1'"), e.g. "fused Conv 'conv1' + Relu 'relu1' into FusedConv": `kiln inspect` then
+//   says what happened to which node, and the log counts rewrites, not passes.
+// - Value types (ir::Value::type) are inferred once per round, right before the first pass
+//   whose order is at least kFirstTypedPassOrder (after constant folding, whose results make
+//   more types knowable), not before every pass: inference over a large model costs as much
+//   as a pass. So a pass that adds a value or rewires readers leaves the types it touched as
+//   inference would write them (a fused node takes over the value of the pattern's last node,
+//   type included; a new constant is typed by Graph::AddConstant), and the passes after it in
+//   the round read correct types. Passes ordered below kFirstTypedPassOrder must not read
+//   inferred types.
 #pragma once
 
 #include <functional>
@@ -21,11 +35,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kiln/ir/evaluator.h"
-#include "kiln/opt/compression.h"
 #include "kiln/ir/graph.h"
+#include "kiln/opt/compression.h"
 
 namespace kiln::opt {
+
+// The first order at which passes read inferred value types (see the rules above).
+inline constexpr int kFirstTypedPassOrder = 110;
 
 struct OptimizationLogEntry {
   std::string pass;
@@ -62,11 +81,13 @@ struct PassOptions {
   int max_rounds = 4;
 };
 
+// One per pass run, owned by the thread running the pass: not shared.
 class PassContext {
  public:
   explicit PassContext(const PassOptions& options) : options_(options) {}
   const PassOptions& options() const { return options_; }
-  // Records one rewrite; the manager counts a pass as changing the graph when it noted any.
+  // Records one rewrite, naming its nodes; the manager counts a pass as changing the graph
+  // when it noted any.
   void Note(std::string change) { changes_.push_back(std::move(change)); }
   std::vector<std::string> TakeChanges() { return std::move(changes_); }
 
@@ -83,6 +104,9 @@ struct PassInfo {
   PassFunction run;
 };
 
+// Thread safety: passes register from static initializers, before main; afterwards the
+// registry is only read, so models loading on several threads may call Passes() at once.
+// Register() after main is not safe against concurrent readers.
 class PassRegistry {
  public:
   static PassRegistry& Global();
@@ -103,9 +127,16 @@ struct PassRegistration {
 // care about subgraphs walk them). Appends to `log`.
 absl::Status Optimize(ir::Graph& graph, const PassOptions& options, OptimizationLog* log);
 
+// Runs the one registered pass `name` as Optimize runs it in a round (value types inferred
+// first when its order is at least kFirstTypedPassOrder; the graph compacted and verified when
+// it changed) and returns its notes: for tests and for debugging one rewrite.
+absl::StatusOr<std::vector<std::string>> RunPass(absl::string_view name, ir::Graph& graph,
+                                                 const PassOptions& options);
+
 }  // namespace kiln::opt
 
 #define KILN_PASS_CONCAT_INNER(a, b) a##b
 #define KILN_PASS_CONCAT(a, b) KILN_PASS_CONCAT_INNER(a, b)
-#define KILN_REGISTER_PASS(name, order, fn) \
-  static ::kiln::opt::PassRegistration KILN_PASS_CONCAT(kiln_pass_reg_, __COUNTER__)(name, order, fn)
+#define KILN_REGISTER_PASS(name, order, fn)                                                       \
+  static ::kiln::opt::PassRegistration KILN_PASS_CONCAT(kiln_pass_reg_, __COUNTER__)(name, order, \
+                                                                                     fn)

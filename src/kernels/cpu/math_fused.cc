@@ -1,4 +1,4 @@
-// kiln::FusedElementwise (attribute format in include/kiln/kernels/fused_elementwise.h): the
+// kiln::FusedElementwise (attribute format in include/kiln/ir/fused_elementwise.h): the
 // program is parsed once when the kernel is created; Compute walks the broadcast runs and
 // hands each run to the vector interpreter in simd/loops.inc.
 #include <map>
@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/math_common.h"
-#include "kiln/kernels/fused_elementwise.h"
+#include "kiln/ir/fused_elementwise.h"
 
 namespace kiln::kernels::math {
 namespace {
@@ -117,7 +117,8 @@ class FusedElementwiseKernel : public MathKernel {
  public:
   explicit FusedElementwiseKernel(const ir::Node& node) : MathKernel(node) {
     num_inputs_ = static_cast<int>(node.inputs.size());
-    absl::Status st = Parse(node.GetStrings("program"), node.GetStrings("outputs"));
+    absl::Status st = Parse(node.GetStrings(ir::kFusedElementwiseProgramAttr),
+                            node.GetStrings(ir::kFusedElementwiseOutputsAttr));
     if (!st.ok()) SetAttrError(Error(st.message()));
     if (!node.outputs.empty() && static_cast<size_t>(node.outputs.size()) != program_.output_registers.size() && st.ok()) {
       SetAttrError(Error("the node has ", node.outputs.size(), " outputs but the program names ",
@@ -287,7 +288,8 @@ class FusedElementwiseKernel : public MathKernel {
   BroadcastIterator iterator_;
 };
 
-KILN_REGISTER_KERNEL_CLASS(kFusedElementwiseDomain, kFusedElementwiseOp, FusedElementwiseKernel);
+KILN_REGISTER_KERNEL_CLASS(ir::kFusedElementwiseDomain, ir::kFusedElementwiseOp,
+                           FusedElementwiseKernel);
 
 }  // namespace
 

@@ -126,9 +126,10 @@ class ConvKernel : public OpKernel {
   absl::Status PrepareImpl(PrepareContext& ctx) {
     reference_.reset();
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
-    const bool has_residual = !post_ops_.empty() &&
-                              std::any_of(post_ops_.begin(), post_ops_.end(),
-                                          [](const PostOp& p) { return p.kind == "Add"; });
+    const bool has_residual =
+        !post_ops_.empty() && std::any_of(post_ops_.begin(), post_ops_.end(), [](const PostOp& p) {
+          return p.kind == ir::kResidualPostOp;
+        });
     if (ctx.inputs.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs X and W inputs"));
     }
@@ -464,7 +465,7 @@ class ConvKernel : public OpKernel {
 KILN_REGISTER_KERNEL("", "Conv", [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
   return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
 });
-KILN_REGISTER_KERNEL("kiln", "FusedConv",
+KILN_REGISTER_KERNEL(ir::kKilnDomain, ir::kFusedConvOp,
                      [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
                        return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
                      });

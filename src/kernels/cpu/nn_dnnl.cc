@@ -10,7 +10,6 @@
 #include "kernels/cpu/simd/ops.h"
 #include "kiln/core/cpu_isa.h"
 #include "kiln/core/status.h"
-#include "kiln/kernels/fused_post_ops.h"
 
 namespace kiln::kernels::nn {
 
@@ -156,16 +155,12 @@ bool IsSupportedActivation(const std::string& kind) {
 }
 
 absl::StatusOr<std::vector<PostOp>> ReadPostOps(const ir::Node& node) {
-  std::vector<PostOp> ops;
-  const std::vector<std::string> kinds = node.GetStrings("post_ops");
-  const std::vector<float> alphas = node.GetFloats("post_op_alphas");
-  const std::vector<float> betas = node.GetFloats("post_op_betas");
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    if (kinds[i] != "Add" && !IsSupportedActivation(kinds[i])) {
+  std::vector<PostOp> ops = ir::GetPostOps(node);
+  for (const PostOp& op : ops) {
+    if (op.kind != ir::kResidualPostOp && !IsSupportedActivation(op.kind)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(node.Describe(), ": unsupported fused post-op \"", kinds[i], "\""));
+          absl::StrCat(node.Describe(), ": unsupported fused post-op \"", op.kind, "\""));
     }
-    ops.push_back({kinds[i], i < alphas.size() ? alphas[i] : 0.0f, i < betas.size() ? betas[i] : 0.0f});
   }
   return ops;
 }
@@ -175,8 +170,8 @@ absl::StatusOr<std::vector<PostOp>> AppendPostOps(const ir::Node& node,
                                                   dnnl::post_ops& ops) {
   std::vector<PostOp> epilogue;
   for (const PostOp& op : post_ops) {
-    if (epilogue.empty() && PostOpRunsInsidePrimitive(op.kind, op.alpha)) {
-      if (op.kind == "Add") {
+    if (epilogue.empty() && ir::PostOpRunsInsidePrimitive(op.kind, op.alpha)) {
+      if (op.kind == ir::kResidualPostOp) {
         ops.append_sum(1.0f);
         continue;
       }
@@ -185,7 +180,7 @@ absl::StatusOr<std::vector<PostOp>> AppendPostOps(const ir::Node& node,
       }
       continue;
     }
-    if (op.kind == "Add") {
+    if (op.kind == ir::kResidualPostOp) {
       // The residual is oneDNN's sum post-op, which cannot follow an epilogue activation.
       return absl::InvalidArgumentError(absl::StrCat(
           node.Describe(), ": a residual Add after post-op \"", epilogue.front().kind,
@@ -272,7 +267,7 @@ ScopedDnnlThreads::~ScopedDnnlThreads() { omp_set_num_threads(previous_); }
 void ApplyPostOpsInOrder(const std::vector<PostOp>& post_ops, const float* residual, float* data,
                          int64_t n) {
   for (const PostOp& op : post_ops) {
-    if (op.kind == "Add") {
+    if (op.kind == ir::kResidualPostOp) {
       for (int64_t i = 0; i < n; ++i) data[i] += residual[i];
     } else {
       ApplyActivation(op, data, n);

@@ -2,17 +2,12 @@
 // pools are Kiln's own loops, nn_pool.cc): the CPU engine, a stream per thread, descriptor
 // helpers, the fused post-op list, and the conversion of oneDNN's exceptions into Status values.
 //
-// Fused post-ops ("kiln" domain FusedConv / FusedMatMul / FusedGemm, built by the optimizer):
-//   attr "post_ops":       strings, applied in order after the op and its bias:
-//                          "Add" (adds the residual input, the op's last input), or an
-//                          activation: Relu, LeakyRelu, Clip, Sigmoid, Tanh, Elu, HardSwish,
-//                         , Softplus, Gelu (erf), GeluTanh, Exp, Abs, Sqrt, Square.
-//   attr "post_op_alphas", "post_op_betas": floats, one per entry (LeakyRelu/Elu alpha; Clip
-//                          min/max); ignored where unused.
-// Only the post-ops that oneDNN computes exactly like the unfused ops run inside the primitive
-// (include/kiln/kernels/fused_post_ops.h); the rest form the kernel's epilogue, run on the
-// output after the primitive by ApplyEpilogue in the unfused ops' own vector loops, so a fused
-// node gives what the unfused nodes give, NaN, infinities and signed zeros included.
+// Fused post-ops ("kiln" domain FusedConv / FusedMatMul / FusedGemm, built by the optimizer;
+// attributes and which post-ops may run inside oneDNN: include/kiln/ir/fused_post_ops.h):
+// only the post-ops that oneDNN computes exactly like the unfused ops run inside the primitive;
+// the rest form the kernel's epilogue, run on the output after the primitive by ApplyEpilogue
+// in the unfused ops' own vector loops, so a fused node gives what the unfused nodes give, NaN,
+// infinities and signed zeros included.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -22,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/core/tensor.h"
+#include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/graph.h"
 #include "kiln/kernels/kernel.h"
 
@@ -42,11 +38,7 @@ dnnl::memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout);
 // The channel of the element at flat byte position `i` of an [N, C, H, W] value in `layout`.
 int64_t ChannelAt(int64_t i, const Shape& shape, ir::MemoryLayout layout);
 
-struct PostOp {
-  std::string kind;  // "Add" or an activation name
-  float alpha = 0;
-  float beta = 0;
-};
+using PostOp = ir::PostOp;
 
 // Reads the post-op attributes of a fused node (empty list for plain ops).
 absl::StatusOr<std::vector<PostOp>> ReadPostOps(const ir::Node& node);

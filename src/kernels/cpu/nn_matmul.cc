@@ -42,8 +42,9 @@ class MatMulKernel : public OpKernel {
 
   absl::Status PrepareImpl(PrepareContext& ctx) {
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
-    const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(),
-                                          [](const PostOp& p) { return p.kind == "Add"; });
+    const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(), [](const PostOp& p) {
+      return p.kind == ir::kResidualPostOp;
+    });
     if (ctx.inputs.size() < 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present()) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs inputs A and B"));
     }
@@ -359,8 +360,8 @@ absl::StatusOr<std::unique_ptr<OpKernel>> MakeMatMul(const ir::Node& node) {
 
 KILN_REGISTER_KERNEL("", "MatMul", MakeMatMul<Flavor::kMatMul>);
 KILN_REGISTER_KERNEL("", "Gemm", MakeMatMul<Flavor::kGemm>);
-KILN_REGISTER_KERNEL("kiln", "FusedMatMul", MakeMatMul<Flavor::kFusedMatMul>);
-KILN_REGISTER_KERNEL("kiln", "FusedGemm", MakeMatMul<Flavor::kFusedGemm>);
+KILN_REGISTER_KERNEL(ir::kKilnDomain, ir::kFusedMatMulOp, MakeMatMul<Flavor::kFusedMatMul>);
+KILN_REGISTER_KERNEL(ir::kKilnDomain, ir::kFusedGemmOp, MakeMatMul<Flavor::kFusedGemm>);
 
 }  // namespace
 
