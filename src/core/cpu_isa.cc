@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -22,8 +23,8 @@ std::optional<CpuIsa> ParseIsa(absl::string_view name) {
 // The cap is process-wide because oneDNN's is (dnnl::set_max_cpu_isa); it is set once, from
 // main or the environment, before kernels are created.
 std::mutex cap_mutex;
-std::optional<CpuIsa> requested_cap;  // guarded by cap_mutex
-bool cap_fixed = false;               // guarded by cap_mutex
+std::optional<CpuIsa> requested_cap ABSL_GUARDED_BY(cap_mutex);
+bool cap_fixed ABSL_GUARDED_BY(cap_mutex) = false;
 
 }  // namespace
 

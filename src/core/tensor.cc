@@ -10,6 +10,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -69,6 +70,8 @@ size_t RoundedSize(size_t bytes) {
 // for the exact same rounded size (pipelines and plans allocate the same shapes over and
 // over); the cache holds at most kCacheLimitBytes and evicts the least recently freed
 // blocks first, so it never grows memory without bound.
+// Thread safety: Take and Give may be called from any thread at once (tensors are freed on
+// whichever thread drops the last reference); mu_ guards the lists.
 class LargeBlockCache {
  public:
   static constexpr size_t kMinBytes = size_t{256} << 10;
@@ -119,9 +122,9 @@ class LargeBlockCache {
     size_t bytes;
   };
   std::mutex mu_;
-  std::list<Entry> lru_;  // most recently freed first
-  std::multimap<size_t, std::list<Entry>::iterator> by_size_;
-  size_t cached_bytes_ = 0;
+  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recently freed first
+  std::multimap<size_t, std::list<Entry>::iterator> by_size_ ABSL_GUARDED_BY(mu_);
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -1,3 +1,14 @@
+// CompiledPlan: the plan compiler (Build: kernels created and Prepared per node, constants
+// folded for the input shapes; PlanArena: value liveness into arena offsets and in-place
+// outputs) and the executor (Run: per-run states from a pool, steps by parallel level,
+// subgraph plans for If/Loop/Scan bodies).
+//
+// Why one file of ~900 lines: compile and run share the private layout of a plan (ValueSlot,
+// Step, RunState, the positions of each step's inputs and outputs in the run state's flat
+// arrays), which exists for one reason, that Run touches no map and allocates nothing. Split
+// across files, that layout would become a header that every part of the plan edits. The
+// algorithms with a contract of their own already live apart: the memory planner
+// (memory_planner.h), the node evaluator (node_evaluator.h), the plan cache (plan_cache.h).
 #include "kiln/exec/plan.h"
 
 #include <algorithm>
@@ -99,7 +110,8 @@ class RunState {
   std::vector<Tensor> step_inputs;
   std::vector<Tensor> step_outputs;
   std::mutex error_mutex;
-  absl::Status error;
+  // The first failure of the steps of a parallel level (they run on the inter-op pool).
+  absl::Status error ABSL_GUARDED_BY(error_mutex);
 };
 
 // Runs If/Loop/Scan bodies for kernels: binds the body's captures to tensors of the
@@ -656,7 +668,10 @@ void CompiledPlan::ReleaseState(std::unique_ptr<RunState> state) const {
     if (slot.out_position >= 0) state->step_outputs[slot.out_position] = Tensor();
     for (int p : slot.consumer_positions) state->step_inputs[p] = Tensor();
   }
-  state->error = absl::OkStatus();
+  {
+    std::lock_guard<std::mutex> error_lock(state->error_mutex);
+    state->error = absl::OkStatus();
+  }
   std::lock_guard<std::mutex> lock(state_mutex_);
   free_states_.push_back(std::move(state));
 }
@@ -822,6 +837,7 @@ absl::Status CompiledPlan::RunWithParent(absl::Span<const Tensor> inputs,
           }
         }
       });
+      std::lock_guard<std::mutex> lock(state->error_mutex);
       status = state->error;
     }
   }

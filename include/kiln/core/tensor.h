@@ -51,6 +51,9 @@ class Shape {
 
 // Owns (or borrows) a block of memory. Allocate() gives 64-byte aligned memory; string
 // buffers hold constructed std::string objects that are destroyed with the buffer.
+// Thread safety: the bytes are not guarded; a Buffer shared by several tensors (copies, slices,
+// a plan's constants) may be read from any number of threads, and written only while no other
+// thread reads or writes it. Its lifetime is the shared_ptr's: safe from any thread.
 class Buffer {
  public:
   // Uninitialized bytes (zeroed when zero == true).
@@ -77,6 +80,11 @@ class Buffer {
   std::function<void()> release_;
 };
 
+// Thread safety: a Tensor is a value (dtype, shape, shared_ptr<Buffer>, offset): copying and
+// destroying copies on different threads is safe. Copies share their buffer, so the rule of
+// Buffer applies to the elements: a kernel writes only tensors no other thread can see (plan
+// outputs, arena slots it owns); constants and inputs handed to several runs are read-only.
+// Clone() before writing to a tensor that might be shared.
 class Tensor {
  public:
   Tensor() = default;  // an invalid (empty) tensor: dtype kInvalid

@@ -9,8 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 namespace kiln {
 
+// Thread safety: Schedule, ParallelFor and InWorkerThread may be called from any thread at
+// once, workers included; the destructor must not race with them (it drains and joins).
 class ThreadPool {
  public:
   // `num_threads` <= 0 means one thread per hardware core.
@@ -43,9 +47,9 @@ class ThreadPool {
   std::string name_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mutex_);
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::vector<std::thread> workers_;  // set by the constructor, joined by the destructor
 };
 
 // The process-wide pool used when a caller does not pass one (created on first use, sized to

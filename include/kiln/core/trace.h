@@ -5,14 +5,17 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln {
 
+// Thread safety: every method may be called from any thread at once (pipeline stages and
+// kernels record from their own threads); one mutex guards the events.
 class TraceRecorder {
  public:
   TraceRecorder() = default;
@@ -36,12 +39,12 @@ class TraceRecorder {
     int64_t dur_ns;
     double value;
   };
-  int TrackIdLocked(absl::string_view track);
+  int TrackIdLocked(absl::string_view track) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, int> track_ids_;
-  std::vector<std::string> track_names_;
-  std::vector<Event> events_;
+  std::unordered_map<std::string, int> track_ids_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> track_names_ ABSL_GUARDED_BY(mutex_);
+  std::vector<Event> events_ ABSL_GUARDED_BY(mutex_);
 };
 
 // Records an event covering the lifetime of the scope, if `recorder` is not null.

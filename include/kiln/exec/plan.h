@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kiln/core/tensor.h"
@@ -75,6 +76,8 @@ class CompiledPlan;
 class RunState;
 class PlanSubgraphRunner;
 
+// Thread safety: immutable after Compile() except for its pools of run states and subgraph
+// plans, which are guarded; Run() may be called from any number of threads at once.
 class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
  public:
   // `input_shapes` are in the order of graph->inputs (or options.input_values).
@@ -141,12 +144,14 @@ class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
   size_t memory_limit_ = 0;   // options_.run_memory_budget_bytes resolved
   PlanStats stats_;
 
+  // Everything above is fixed at compile; Runs on many threads share it read-only. The pools
+  // below are what concurrent Runs change.
   mutable std::mutex state_mutex_;
-  mutable std::vector<std::unique_ptr<RunState>> free_states_;
+  mutable std::vector<std::unique_ptr<RunState>> free_states_ ABSL_GUARDED_BY(state_mutex_);
 
   struct SubplanEntry;
   mutable std::mutex subplan_mutex_;
-  mutable std::vector<SubplanEntry> subplans_;
+  mutable std::vector<SubplanEntry> subplans_ ABSL_GUARDED_BY(subplan_mutex_);
 };
 
 }  // namespace kiln::exec

@@ -107,6 +107,9 @@ struct Node {
   std::string Describe() const;
 };
 
+// Thread safety: none inside. A graph is built, optimized and typed by one thread; after that
+// the runtime shares it as shared_ptr<const Graph> and any number of threads may read it
+// (plan compiles of several shapes at once). Copy it before changing a shared graph.
 class Graph {
  public:
   Graph() = default;

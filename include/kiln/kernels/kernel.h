@@ -123,6 +123,9 @@ struct ComputeContext {
 absl::Status OverBudgetError(const ir::Node* node, const std::string& what, DType dtype,
                              const Shape& shape, size_t bytes, const MemoryBudget& budget);
 
+// Thread safety: a kernel is created and Prepared by the one thread compiling its plan;
+// Compute() is const because concurrent Runs of that plan call it on many threads at once, so a
+// kernel keeps per-run state in the ComputeContext (outputs, scratch), never in members.
 class OpKernel {
  public:
   virtual ~OpKernel() = default;
@@ -135,6 +138,8 @@ using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<OpKernel>>(co
 // Maps (domain, op) to the factory of its CPU kernel. Global() is built on first use from an
 // explicit table of kernel files (src/kernels/cpu/kernel_files.inc), so linking the kernels
 // library is enough: no static initializers, no whole-archive linking.
+// Thread safety: Global() is built once (a function-local static) and only read afterwards, so
+// Find() may be called from any thread at once; Register() is for building a registry.
 class KernelRegistry {
  public:
   static KernelRegistry& Global();

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/rest_handler.h"
 #include "kiln/serving/server.h"
@@ -38,6 +39,8 @@ struct StatusPageOptions {
   int refresh_seconds = 5;
 };
 
+// Thread safety: Handle() may be called from any thread at once (HTTP handler threads); the
+// sample window and the inspect cache are guarded by mu_.
 class StatusPage {
  public:
   // `draining`: set once the server received SIGTERM (may be null).
@@ -72,9 +75,9 @@ class StatusPage {
 
   mutable std::mutex mu_;
   // Samples of the last 30 s, oldest first (see Render for the window they give).
-  mutable std::deque<Sample> samples_;
+  mutable std::deque<Sample> samples_ ABSL_GUARDED_BY(mu_);
   // Model::Inspect() per "name/version/path": it compiles a plan once, so it is kept.
-  mutable std::map<std::string, std::string> inspect_cache_;
+  mutable std::map<std::string, std::string> inspect_cache_ ABSL_GUARDED_BY(mu_);
 };
 
 // The latency (same unit as the buckets) below which `q` (0..1) of the observations fall, by
