@@ -34,4 +34,13 @@ class NodeKernel : public OpKernel {
   absl::Status attr_status_;
 };
 
+// Declares one output of input 0's shape and `dtype` (an elementwise op's output), which the
+// plan may place over input 0's memory when `in_place_of_input0`.
+inline void DeclareOutputLikeInput0(PrepareContext& ctx, DType dtype, bool in_place_of_input0) {
+  ctx.SetNumOutputs(1);
+  ctx.output_dtypes[0] = dtype;
+  ctx.output_shapes[0] = ctx.inputs[0].shape;
+  if (in_place_of_input0) ctx.output_in_place_of[0] = 0;
+}
+
 }  // namespace kiln::kernels

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/math_common.h"
@@ -23,31 +24,11 @@ using math::InputOrEmpty;
 using math::IsFloat;
 using math::MathKernel;
 using math::Present;
+using math::VisitFloat;
 using tensor_ops::AsDouble;
 using tensor_ops::FromDouble;
 
 enum class Reduction { kNone, kSum, kMean };
-
-// Calls fn(T{}) for the float dtypes the losses accept.
-template <typename Fn>
-void VisitFloat(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32:
-      fn(float{});
-      break;
-    case DType::kFloat64:
-      fn(double{});
-      break;
-    case DType::kFloat16:
-      fn(Float16{});
-      break;
-    case DType::kBFloat16:
-      fn(BFloat16{});
-      break;
-    default:
-      break;
-  }
-}
 
 class LossKernel : public MathKernel {
  protected:
@@ -114,6 +95,25 @@ class LossKernel : public MathKernel {
     return absl::OkStatus();
   }
 
+  // The scratch of Compute: the log-probabilities as doubles.
+  void DeclareScratch(PrepareContext& ctx) const {
+    ctx.scratch_bytes = sizeof(double) * static_cast<size_t>(std::max<int64_t>(n_ * c_ * d_, 1));
+  }
+
+  // Fills the scratch with log-probabilities, fill(x, logp) with x the scores in their own
+  // type, and reduces them to the loss (output 0).
+  template <typename Fill>
+  absl::Status ComputeLoss(ComputeContext& ctx, Fill&& fill) const {
+    absl::Status status;
+    VisitFloat(ctx.inputs[0].dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      double* logp = static_cast<double*>(ctx.scratch);
+      fill(ctx.inputs[0].data<T>(), logp);
+      status = ReduceLoss<T>(ctx, logp, ctx.outputs[0]);
+    });
+    return status;
+  }
+
   // The loss from log-probabilities `logp` ([N, C, D], as double) into output 0.
   template <typename T>
   absl::Status ReduceLoss(const ComputeContext& ctx, const double* logp, Tensor& out) const {
@@ -162,20 +162,14 @@ class NllLossKernel : public LossKernel {
 
   absl::Status Prepare(PrepareContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareLoss(ctx, "input", "target"));
-    ctx.scratch_bytes = sizeof(double) * static_cast<size_t>(std::max<int64_t>(n_ * c_ * d_, 1));
+    DeclareScratch(ctx);
     return absl::OkStatus();
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
-    absl::Status status;
-    VisitFloat(ctx.inputs[0].dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* x = ctx.inputs[0].data<T>();
-      double* logp = static_cast<double*>(ctx.scratch);
+    return ComputeLoss(ctx, [&](const auto* x, double* logp) {
       for (int64_t i = 0; i < n_ * c_ * d_; ++i) logp[i] = AsDouble(x[i]);
-      status = ReduceLoss<T>(ctx, logp, ctx.outputs[0]);
     });
-    return status;
   }
 };
 
@@ -191,16 +185,13 @@ class SoftmaxCrossEntropyKernel : public LossKernel {
       ctx.output_dtypes[1] = ctx.inputs[0].dtype;
       ctx.output_shapes[1] = ctx.inputs[0].shape;
     }
-    ctx.scratch_bytes = sizeof(double) * static_cast<size_t>(std::max<int64_t>(n_ * c_ * d_, 1));
+    DeclareScratch(ctx);
     return absl::OkStatus();
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
-    absl::Status status;
-    VisitFloat(ctx.inputs[0].dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* x = ctx.inputs[0].data<T>();
-      double* logp = static_cast<double*>(ctx.scratch);
+    return ComputeLoss(ctx, [&](const auto* x, double* logp) {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
       for (int64_t n = 0; n < n_; ++n) {
         for (int64_t d = 0; d < d_; ++d) {
           const int64_t base = n * c_ * d_ + d;
@@ -218,9 +209,7 @@ class SoftmaxCrossEntropyKernel : public LossKernel {
         T* log_prob = ctx.outputs[1].data<T>();
         for (int64_t i = 0; i < n_ * c_ * d_; ++i) log_prob[i] = FromDouble<T>(logp[i]);
       }
-      status = ReduceLoss<T>(ctx, logp, ctx.outputs[0]);
     });
-    return status;
   }
 };
 

@@ -193,12 +193,10 @@ class CastKernel : public MathKernel {
       to = ctx.inputs[1].dtype;
     }
     const DType from = ctx.inputs[0].dtype;
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = to;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    if (from != DType::kString && to != DType::kString && DTypeSize(from) == DTypeSize(to)) {
-      ctx.output_in_place_of[0] = 0;
-    }
+    // Bytes of the same width are converted in place.
+    DeclareOutputLikeInput0(
+        ctx, to,
+        from != DType::kString && to != DType::kString && DTypeSize(from) == DTypeSize(to));
     return absl::OkStatus();
   }
 

@@ -88,6 +88,28 @@ bool VisitNumeric(DType dtype, Fn&& fn) {
   }
 }
 
+// Calls fn(T{}) for the floating-point dtypes (float32, float64, float16, bfloat16); returns
+// false for every other dtype without calling it.
+template <typename Fn>
+bool VisitFloat(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32:
+      fn(float{});
+      return true;
+    case DType::kFloat64:
+      fn(double{});
+      return true;
+    case DType::kFloat16:
+      fn(Float16{});
+      return true;
+    case DType::kBFloat16:
+      fn(BFloat16{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Numpy broadcasting -----------------------------------------------------------------------
 
 // The broadcast of `shapes` (numpy rules), or an error naming the two shapes that clash.

@@ -545,10 +545,7 @@ class CumSumKernel : public MathKernel {
     if (ctx.inputs[1].dtype != DType::kInt32 && ctx.inputs[1].dtype != DType::kInt64) {
       return Error("axis must be int32 or int64, got ", DTypeName(ctx.inputs[1].dtype));
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = dt;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, dt, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
 

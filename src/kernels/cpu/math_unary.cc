@@ -98,10 +98,7 @@ class UnaryKernel : public MathKernel {
     if (IsUnsignedInt(dt) && op_ == UnaryOp::kNeg) {
       return Error("Neg is not defined for unsigned dtype ", DTypeName(dt));
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = dt;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, dt, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
 
@@ -142,10 +139,7 @@ class ClipKernel : public MathKernel {
                      ctx.inputs[i].shape.ToString());
       }
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = dt;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, dt, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
 
@@ -215,10 +209,7 @@ class PredicateKernel : public MathKernel {
         if (!IsInt(dt)) return Error("input dtype ", DTypeName(dt), " is not an integer type");
         break;
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = out;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    if (out == dt) ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, out, /*in_place_of_input0=*/out == dt);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {

@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/kernel_base.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
 
@@ -129,10 +130,7 @@ class InstanceNormKernel : public OpKernel {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ", x.ToString()));
     }
     epsilon_ = node_.GetFloat("epsilon", 1e-5f);
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = x;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
@@ -167,10 +165,7 @@ class GroupNormKernel : public OpKernel {
                                                      " channels do not split into num_groups=", groups_));
     }
     epsilon_ = node_.GetFloat("epsilon", 1e-5f);
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = x;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {

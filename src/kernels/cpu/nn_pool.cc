@@ -217,29 +217,17 @@ class PoolKernel : public OpKernel {
       pb[off + i] = pads_begin_[i];
     }
     if (dtype_ != DType::kFloat32) {
-      switch (dtype_) {
-        case DType::kFloat64:
-          return MaxPoolExact<double>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kInt8:
-          return MaxPoolExact<int8_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kUInt8:
-          return MaxPoolExact<uint8_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kInt16:
-          return MaxPoolExact<int16_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kUInt16:
-          return MaxPoolExact<uint16_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kInt32:
-          return MaxPoolExact<int32_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kUInt32:
-          return MaxPoolExact<uint32_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kInt64:
-          return MaxPoolExact<int64_t>(ctx, id, od, k, s, d, pb, indices);
-        case DType::kUInt64:
-          return MaxPoolExact<uint64_t>(ctx, id, od, k, s, d, pb, indices);
-        default:
+      // Prepare admitted only IsExactMaxDType: float64 and the integers, compared exactly.
+      return VisitDType(dtype_, [&](auto tag) -> absl::Status {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, double> ||
+                      (std::is_integral_v<T> && !std::is_same_v<T, bool>)) {
+          return MaxPoolExact<T>(ctx, id, od, k, s, d, pb, indices);
+        } else {
           return absl::InternalError(
               absl::StrCat(node_.Describe(), ": unexpected dtype ", DTypeName(dtype_)));
-      }
+        }
+      });
     }
     const float* xv = x.data<float>();
     float* yv = y.data<float>();
@@ -404,22 +392,7 @@ class PoolKernel : public OpKernel {
  private:
   int64_t PadEnd(int i) const { return pads_end_[i]; }
 
-  static bool IsExactMaxDType(DType t) {
-    switch (t) {
-      case DType::kFloat64:
-      case DType::kInt8:
-      case DType::kUInt8:
-      case DType::kInt16:
-      case DType::kUInt16:
-      case DType::kInt32:
-      case DType::kUInt32:
-      case DType::kInt64:
-      case DType::kUInt64:
-        return true;
-      default:
-        return false;
-    }
-  }
+  static bool IsExactMaxDType(DType t) { return t == DType::kFloat64 || IsInteger(t); }
 
   // Max pooling in the input's own type (output dtype = input dtype, no rounding through
   // float, which would lose 32/64-bit integers): one loop nest over the 3-D padded geometry,

@@ -55,6 +55,21 @@ inline const Tensor* ConstantInput(const PrepareContext& ctx, int i) {
 inline bool InputPresent(const PrepareContext& ctx, int i) {
   return i < static_cast<int>(ctx.inputs.size()) && ctx.inputs[i].present();
 }
+// For a kernel whose output shape depends on the values of inputs `param_inputs`: `params`
+// (one entry per input) gets each present one that is constant at Prepare. False, with output
+// 0 marked dynamic, when a present one is not: the kernel is then Prepared at run time.
+inline bool ConstantParams(PrepareContext& ctx, const std::vector<int>& param_inputs,
+                           std::vector<const Tensor*>* params) {
+  params->assign(ctx.inputs.size(), nullptr);
+  bool all_constant = true;
+  for (int i : param_inputs) {
+    if (!InputPresent(ctx, i)) continue;
+    (*params)[i] = ConstantInput(ctx, i);
+    if ((*params)[i] == nullptr) all_constant = false;
+  }
+  if (!all_constant) ctx.output_dynamic[0] = true;
+  return all_constant;
+}
 inline bool InputPresent(const ComputeContext& ctx, int i) {
   return i < static_cast<int>(ctx.inputs.size()) && ctx.inputs[i].valid();
 }

@@ -353,10 +353,7 @@ class ScatterBase : public TensorKernel {
     if (ctx.inputs[0].dtype == DType::kString && reduction_ != Reduction::kNone) {
       return Error("reduction on string tensors");
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, ctx.inputs[0].dtype, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
   Reduction reduction_ = Reduction::kNone;

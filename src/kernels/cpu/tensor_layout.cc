@@ -27,17 +27,9 @@ class ViewCopyKernel : public TensorKernel {
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("data input is missing");
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    std::vector<const Tensor*> params(ctx.inputs.size(), nullptr);
-    dynamic_ = false;
-    for (int i : param_inputs_) {
-      if (!InputPresent(ctx, i)) continue;
-      params[i] = ConstantInput(ctx, i);
-      if (params[i] == nullptr) dynamic_ = true;
-    }
-    if (dynamic_) {
-      ctx.output_dynamic[0] = true;
-      return absl::OkStatus();
-    }
+    std::vector<const Tensor*> params;
+    dynamic_ = !ConstantParams(ctx, param_inputs_, &params);
+    if (dynamic_) return absl::OkStatus();
     auto view = MakeView(ctx.inputs[0].shape, params);
     if (!view.ok()) return Annotate(view.status(), where());
     view_ = *std::move(view);

@@ -57,17 +57,9 @@ class PadKernelBase : public TensorKernel {
       return Error("constant_value dtype ", DTypeName(ctx.inputs[2].dtype), " differs from data ",
                    DTypeName(ctx.inputs[0].dtype));
     }
-    std::vector<const Tensor*> params(ctx.inputs.size(), nullptr);
-    dynamic_ = false;
-    for (int i : param_inputs_) {
-      if (!InputPresent(ctx, i)) continue;
-      params[i] = ConstantInput(ctx, i);
-      if (params[i] == nullptr) dynamic_ = true;
-    }
-    if (dynamic_) {
-      ctx.output_dynamic[0] = true;
-      return absl::OkStatus();
-    }
+    std::vector<const Tensor*> params;
+    dynamic_ = !ConstantParams(ctx, param_inputs_, &params);
+    if (dynamic_) return absl::OkStatus();
     auto plan = MakePlan(ctx.inputs[0].shape, params);
     if (!plan.ok()) return Annotate(plan.status(), where());
     plan_ = *std::move(plan);
@@ -317,10 +309,7 @@ class TriluKernel : public TensorKernel {
     if (InputPresent(ctx, 1) && ctx.inputs[1].shape.num_elements() != 1) {
       return Error("k must be a scalar");
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
-    ctx.output_in_place_of[0] = 0;
+    DeclareOutputLikeInput0(ctx, ctx.inputs[0].dtype, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
 
@@ -435,9 +424,7 @@ class BucketizeKernel : public TensorKernel {
     if (d == DType::kString || d == DType::kBool) {
       return Error("input must be numeric, got ", DTypeName(d));
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kInt32;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
+    DeclareOutputLikeInput0(ctx, DType::kInt32, /*in_place_of_input0=*/false);
     return absl::OkStatus();
   }
 

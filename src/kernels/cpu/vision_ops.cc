@@ -16,31 +16,11 @@ namespace {
 using math::IsFloat;
 using math::MathKernel;
 using math::Present;
+using math::VisitFloat;
 using tensor_ops::AsDouble;
 using tensor_ops::FromDouble;
 using tensor_ops::IndexAt;
 using tensor_ops::ReadAsDouble;
-
-// Calls fn(T{}) for the float dtypes.
-template <typename Fn>
-void VisitFloat(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32:
-      fn(float{});
-      break;
-    case DType::kFloat64:
-      fn(double{});
-      break;
-    case DType::kFloat16:
-      fn(Float16{});
-      break;
-    case DType::kBFloat16:
-      fn(BFloat16{});
-      break;
-    default:
-      break;
-  }
-}
 
 // --- NonMaxSuppression ---------------------------------------------------------------------
 
