@@ -1,34 +1,11 @@
 // Counts heap allocations (by replacing operator new) to prove that a run of a static plan
 // allocates nothing once its run state is warm.
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
 #include <gtest/gtest.h>
 
+#include "../testing/alloc_counter.h"
 #include "kiln/exec/plan.h"
 #include "kiln/exec/plan_cache.h"
 #include "test_kernels.h"
-
-// The replacements pair malloc with free on purpose.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<int64_t> allocations{0};
-}  // namespace
-
-void* operator new(size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
-  void* p = std::malloc(size == 0 ? 1 : size);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-void* operator new[](size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace kiln::exec {
 namespace {
@@ -54,16 +31,15 @@ TEST(AllocationTest, StaticPlanRunsWithoutHeapAllocations) {
   std::vector<Tensor> outputs;
   ASSERT_TRUE((*plan)->Run(inputs, &outputs).ok());  // warms the run-state pool
 
-  allocations = 0;
-  counting = true;
+  alloc_testing::AllocationCount count;
   absl::Status status;
   for (int run = 0; run < 100 && status.ok(); ++run) {
     auto cached = cache.Get(shapes);  // the lookup is part of a run
     status = (*cached)->Run(inputs, &outputs);
   }
-  counting = false;
+  count.Stop();
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(allocations.load(), 0);
+  EXPECT_EQ(count.total(), 0);
   EXPECT_FLOAT_EQ(outputs[0].data<float>()[0], 3.0f * 0.5f * 0.5f * 0.5f * 0.5f * 0.5f *
                                                        0.5f * 0.5f * 0.5f * 0.5f * 0.5f + 1.0f);
 }

@@ -3,49 +3,14 @@
 // library of the caller: Kiln's code must allocate nothing; oneDNN 2.6 allocates inside
 // dnnl_primitive_execute and dnnl_memory_create (its execution context is a std::unordered_map),
 // which only replacing oneDNN primitives removes (reported, see docs/performance/runtime.md).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <random>
 
+#include "../testing/alloc_counter.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/import/imported_model.h"
 #include "kiln/runtime/model.h"
-
-// The replacements pair malloc with free on purpose.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#pragma GCC diagnostic ignored "-Wframe-address"
-
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<int64_t> allocations{0};
-std::atomic<int64_t> onednn_allocations{0};
-
-bool CalledFromOneDnn(void* caller) {
-  Dl_info info;
-  return dladdr(caller, &info) != 0 && info.dli_fname != nullptr &&
-         std::strstr(info.dli_fname, "libdnnl") != nullptr;
-}
-}  // namespace
-
-void* operator new(size_t size) {
-  if (counting.load(std::memory_order_relaxed)) {
-    allocations.fetch_add(1);
-    if (CalledFromOneDnn(__builtin_return_address(0))) onednn_allocations.fetch_add(1);
-  }
-  void* p = std::malloc(size == 0 ? 1 : size);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-void* operator new[](size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace kiln::runtime {
 namespace {
@@ -124,17 +89,15 @@ TEST(RunAllocationTest, WarmIndexedRunOfRealKernels) {
   EXPECT_EQ(outputs[0].shape(), (Shape{1, 4, 16}));
 
   constexpr int kRuns = 50;
-  allocations = 0;
-  onednn_allocations = 0;
-  counting = true;
+  alloc_testing::AllocationCount count;
   absl::Status status;
   for (int run = 0; run < kRuns && status.ok(); ++run) {
     status = model->Run(**signature, inputs, &outputs);
   }
-  counting = false;
+  count.Stop();
   ASSERT_TRUE(status.ok()) << status;
-  const double onednn = static_cast<double>(onednn_allocations.load()) / kRuns;
-  const double kiln = static_cast<double>(allocations.load()) / kRuns - onednn;
+  const double onednn = static_cast<double>(count.from_onednn()) / kRuns;
+  const double kiln = static_cast<double>(count.total()) / kRuns - onednn;
   RecordProperty("kiln_allocations_per_run", absl::StrCat(kiln));
   RecordProperty("onednn_allocations_per_run", absl::StrCat(onednn));
   std::printf("heap allocations per warm run: %.1f in Kiln's code, %.1f inside oneDNN\n", kiln,
