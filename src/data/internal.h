@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "data/checkpoint.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/trace.h"
 #include "kiln/data/dataset.h"
@@ -132,6 +134,19 @@ class PipelineState {
   // Stops the autotuner thread (before the iterator tree is destroyed).
   void StopAutotuner();
 
+  // Checkpoints. A stage whose order cannot be reproduced (unseeded shuffle, deterministic =
+  // false) says so when it is made; SaveState and RestoreState then fail with the first reason.
+  void MarkNotReplayable(const std::string& reason);
+  std::string not_replayable_reason() const;
+  // Which iteration over a seeded Shuffle or ListFiles node (reshuffle_each_iteration) this
+  // pipeline is: taken from the node's counter of pipelines on first use, so that iterating a
+  // dataset twice gives two orders, then fixed for the pipeline. Epochs within the pipeline
+  // come from IteratorContext::epoch_key. Checkpoints record the iteration of every stage path
+  // that asked, and a restore sets them before any stage is seeded.
+  uint64_t Iteration(const void* node, const std::string& path, std::atomic<uint64_t>* counter);
+  void SaveIterations(StateWriter& writer) const;
+  absl::Status RestoreIterations(StateReader& reader);
+
  private:
   friend class Autotuner;
   Options options_;
@@ -144,12 +159,27 @@ class PipelineState {
   mutable std::mutex stages_mutex_;
   std::vector<std::unique_ptr<StageCounters>> stages_;
   std::unique_ptr<Autotuner> autotuner_;
+  mutable std::mutex checkpoint_mutex_;
+  std::string not_replayable_ ABSL_GUARDED_BY(checkpoint_mutex_);
+  std::vector<std::pair<const void*, uint64_t>> node_iterations_ ABSL_GUARDED_BY(checkpoint_mutex_);
+  std::vector<std::pair<std::string, uint64_t>> path_iterations_ ABSL_GUARDED_BY(checkpoint_mutex_);
+  std::vector<std::pair<std::string, uint64_t>> restored_iterations_
+      ABSL_GUARDED_BY(checkpoint_mutex_);
 };
 
 struct IteratorContext {
   PipelineState* pipeline = nullptr;  // outlives every iterator of the pipeline
   std::shared_ptr<Cancellation> cancellation;
   std::string prefix;  // stage path of the consumer ("" at the top)
+  // Which epoch of the enclosing Repeats (and which input of a Zip or Concatenate) this
+  // iterator belongs to: a seeded Shuffle with reshuffle_each_iteration reshuffles per key.
+  // Derived from the tree, never from a counter, so that a restore recreates it exactly.
+  uint64_t epoch_key = 0;
+  IteratorContext WithEpochKey(uint64_t part) const {
+    IteratorContext ctx = *this;
+    ctx.epoch_key = epoch_key == 0 ? part : (epoch_key + 1) * 0x100000001B3ull ^ part;
+    return ctx;
+  }
   IteratorContext WithCancellation(std::shared_ptr<Cancellation> c) const {
     IteratorContext ctx = *this;
     ctx.cancellation = std::move(c);
@@ -170,6 +200,18 @@ class IteratorBase {
 
   const std::string& path() const { return path_; }
   StageCounters* counters() const { return counters_; }
+
+  // ---- checkpoints (data/checkpoint.h) ----
+  // Writes this stage's record, then (through SaveInternal) its inputs' records.
+  absl::Status Save(StateWriter& writer);
+  // On a new iterator: reads what Save wrote and moves to that position.
+  absl::Status Restore(StateReader& reader);
+  // Advances as `n` GetNext calls would, discarding the elements; *skipped: how many positions
+  // there were (fewer at the end of the sequence). Errors of skipped elements count as
+  // positions and are not returned; Cancelled is.
+  absl::Status Skip(int64_t n, int64_t* skipped);
+  // Positions produced so far: elements and element errors (not end of sequence).
+  int64_t produced() const { return produced_; }
   // Iterators refer to their dataset node's members (functions, tensors); the node is kept
   // alive by its iterator, so a Dataset may be destroyed while its iterators run (as in
   // tf.data), including the datasets that Interleave's function returns per element.
@@ -180,6 +222,18 @@ class IteratorBase {
   // Context for this stage's inputs (their paths hang below this stage's).
   IteratorContext InputContext(int input_index = -1) const;
 
+  // Checkpoint hooks. The defaults record produced() and restore by skipping that many
+  // positions, which is exact for any deterministic stage; overrides make it cheaper.
+  // StateConfig: fingerprint of the parameters that change the sequence (ConfigFingerprint).
+  virtual uint64_t StateConfig() const { return 0; }
+  virtual absl::Status SaveInternal(StateWriter& writer);
+  virtual absl::Status RestoreInternal(StateReader& reader);
+  // Default: pulls and discards elements through GetNextInternal.
+  virtual absl::Status SkipInternal(int64_t n, int64_t* skipped);
+  // The input of a stage that is restored by skipping: Skip(n), and an error naming this stage
+  // when the input ends early (it changed since the state was saved).
+  absl::Status SkipInputExactly(IteratorBase* input, int64_t n);
+
   IteratorContext ctx_;
   std::string path_;
   StageCounters* counters_;
@@ -188,6 +242,8 @@ class IteratorBase {
  private:
   absl::Status TimedGetNext(Element* out, bool* end_of_sequence);
   uint32_t call_count_ = 0;
+  int64_t produced_ = 0;
+  const std::string stage_name_;
   const bool asynchronous_;
   std::shared_ptr<const DatasetNode> node_ref_;  // destroyed after the subclass's members
 };

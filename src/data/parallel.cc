@@ -77,6 +77,9 @@ class AsyncStage : public IteratorBase, public Tunable {
     buffer_limit_ = std::max<int64_t>(buffer_limit_, parallelism_);
     counters_->parallelism.store(parallelism_, std::memory_order_relaxed);
     counters_->buffer_capacity.store(buffer_limit_, std::memory_order_relaxed);
+    if (!config_.deterministic) {
+      ctx.pipeline->MarkNotReplayable(absl::StrCat("deterministic = false (stage ", path_, ")"));
+    }
   }
 
   ~AsyncStage() override { Shutdown(); }
@@ -164,6 +167,17 @@ class AsyncStage : public IteratorBase, public Tunable {
   // Outside any lock, possibly in parallel: computes the output.
   virtual absl::Status Process(InputUnit& unit, Element* out) = 0;
   virtual bool has_function() const { return true; }
+  // One output per input unit of one element, an error included (map, prefetch): a restore
+  // skips the input instead of running the function.
+  virtual bool one_to_one() const { return false; }
+
+  // Checkpoints: the default records the elements handed to the consumer; elements in flight
+  // or buffered are recomputed after a restore. Before the workers start, a one-to-one stage
+  // skips by skipping its input.
+  absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+    if (started_ || !one_to_one()) return IteratorBase::SkipInternal(n, skipped);
+    return input_->Skip(n, skipped);
+  }
 
   absl::Status GetNextInternal(Element* out, bool* end) override {
     if (!started_) Start();
@@ -454,6 +468,7 @@ class ParallelMapStage : public AsyncStage {
     *out = std::move(*result);
     return absl::OkStatus();
   }
+  bool one_to_one() const override { return true; }
 
  private:
   const MapFn& fn_;
@@ -473,6 +488,7 @@ class PrefetchStage : public AsyncStage {
     return absl::OkStatus();
   }
   bool has_function() const override { return false; }
+  bool one_to_one() const override { return true; }
 };
 
 class ParallelBatchStage : public AsyncStage {
@@ -607,6 +623,7 @@ class MapIntoSlotsStage : public AsyncStage {
     ++slots_->batches[index].written;
     return absl::OkStatus();
   }
+  bool one_to_one() const override { return true; }
 
  private:
   const MapFn& fn_;
@@ -657,6 +674,24 @@ class MapAndBatchNode : public DatasetNode {
    protected:
     absl::Status GetNextInternal(Element* out, bool* end) override {
       return node_->deterministic_ ? NextInOrder(out, end) : NextAsFinished(out, end);
+    }
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint({node_->batch_size_, node_->drop_remainder_});
+    }
+    // In order, every batch but the last takes exactly batch_size inputs (a failed element
+    // fails its batch but keeps its place), so n batches are n * batch_size map inputs, skipped
+    // without calling the function. Slot positions count from the first element after the
+    // skip, so next_index_ stays relative to it.
+    absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+      const int64_t batch_size = node_->batch_size_;
+      if (!node_->deterministic_ || next_index_ != 0) {
+        return IteratorBase::SkipInternal(n, skipped);
+      }
+      int64_t inputs = 0;
+      KILN_RETURN_IF_ERROR(map_->Skip(n * batch_size, &inputs));
+      *skipped =
+          node_->drop_remainder_ ? inputs / batch_size : (inputs + batch_size - 1) / batch_size;
+      return absl::OkStatus();
     }
 
    private:

@@ -200,10 +200,12 @@ IteratorBase::IteratorBase(const IteratorContext& ctx, const std::string& stage_
       path_(ctx.prefix.empty() ? stage_name : absl::StrCat(ctx.prefix, "/", stage_name)),
       counters_(ctx.pipeline->GetStage(path_, asynchronous)),
       trace_(ctx.pipeline->trace()),
+      stage_name_(stage_name),
       asynchronous_(asynchronous) {}
 
 IteratorContext IteratorBase::InputContext(int input_index) const {
-  IteratorContext ctx = ctx_;
+  // The inputs of a Zip or Concatenate are distinct iterations of a Shuffle they share.
+  IteratorContext ctx = input_index > 0 ? ctx_.WithEpochKey(input_index) : ctx_;
   ctx.prefix = input_index < 0 ? path_ : absl::StrCat(path_, "[", input_index, "]");
   return ctx;
 }
@@ -211,10 +213,19 @@ IteratorContext IteratorBase::InputContext(int input_index) const {
 absl::Status IteratorBase::GetNext(Element* out, bool* end_of_sequence) {
   if (!t_timing.active && (++call_count_ & kSampleMask) != 0 && trace_ == nullptr) {
     absl::Status s = GetNextInternal(out, end_of_sequence);
-    if (!*end_of_sequence && s.ok()) counters_->AddElements(1);
+    if (s.ok()) {
+      if (!*end_of_sequence) {
+        counters_->AddElements(1);
+        ++produced_;
+      }
+    } else if (!absl::IsCancelled(s)) {
+      ++produced_;  // an element's error is a position (checkpoints replay it)
+    }
     return s;
   }
-  return TimedGetNext(out, end_of_sequence);
+  absl::Status s = TimedGetNext(out, end_of_sequence);
+  if (s.ok() ? !*end_of_sequence : !absl::IsCancelled(s)) ++produced_;
+  return s;
 }
 
 absl::Status IteratorBase::TimedGetNext(Element* out, bool* end_of_sequence) {
@@ -374,6 +385,35 @@ absl::Status Iterator::WriteTrace(const std::string& path) const {
         "no trace recorded: set Options::trace_path when making the iterator");
   }
   return impl_->pipeline->trace()->WriteJson(path);
+}
+
+absl::StatusOr<std::string> Iterator::SaveState() {
+  const std::string reason = impl_->pipeline->not_replayable_reason();
+  if (!reason.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SaveState: the pipeline's order is not reproducible: ", reason));
+  }
+  StateWriter writer;
+  impl_->pipeline->SaveIterations(writer);
+  KILN_RETURN_IF_ERROR(impl_->root->Save(writer));
+  return writer.Finish();
+}
+
+absl::Status Iterator::RestoreState(std::string_view state) {
+  if (impl_->root->produced() != 0 || impl_->calls != 0) {
+    return absl::FailedPreconditionError(
+        "RestoreState: needs a new iterator (GetNext has been called on this one)");
+  }
+  StateReader reader;
+  KILN_RETURN_IF_ERROR(StateReader::Open(state, &reader));
+  const std::string reason = impl_->pipeline->not_replayable_reason();
+  if (!reason.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RestoreState: the pipeline's order is not reproducible: ", reason));
+  }
+  KILN_RETURN_IF_ERROR(impl_->pipeline->RestoreIterations(reader));
+  KILN_RETURN_IF_ERROR(impl_->root->Restore(reader));
+  return reader.CheckDone();
 }
 
 int64_t Iterator::peak_buffered_bytes() const { return impl_->pipeline->memory().peak(); }

@@ -31,7 +31,10 @@ class RangeNode : public DatasetNode {
   class It : public IteratorBase {
    public:
     It(const IteratorContext& ctx, const RangeNode* node)
-        : IteratorBase(ctx, "Range", false), next_(node->start_), stop_(node->stop_),
+        : IteratorBase(ctx, "Range", false),
+          start_(node->start_),
+          next_(node->start_),
+          stop_(node->stop_),
           step_(node->step_) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
       if (step_ > 0 ? next_ >= stop_ : next_ <= stop_) {
@@ -52,8 +55,22 @@ class RangeNode : public DatasetNode {
       next_ += step_;
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({start_, stop_, step_}); }
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutInt(next_);
+      return absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override { return r.GetInt(&next_); }
+    absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+      const int64_t left =
+          step_ > 0 ? (stop_ - next_ + step_ - 1) / step_ : (next_ - stop_ - step_ - 1) / -step_;
+      *skipped = std::clamp<int64_t>(left, 0, n);
+      next_ += *skipped * step_;
+      return absl::OkStatus();
+    }
 
    private:
+    const int64_t start_;
     int64_t next_, stop_, step_;
   };
   int64_t start_, stop_, step_;
@@ -119,6 +136,17 @@ class FromTensorSlicesNode : public DatasetNode {
       ++index_;
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({node_->rows_}); }
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutInt(index_);
+      return absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override { return r.GetInt(&index_); }
+    absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+      *skipped = std::clamp<int64_t>(node_->rows_ - index_, 0, n);
+      index_ += *skipped;
+      return absl::OkStatus();
+    }
 
    private:
     const FromTensorSlicesNode* node_;
@@ -181,24 +209,36 @@ class ListFilesNode : public DatasetNode {
   int64_t Cardinality() const override { return static_cast<int64_t>(files_.size()); }
   absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
       const IteratorContext& ctx) const override {
-    std::vector<std::string> order = files_;
-    if (shuffle_) {
-      // With a seed every iterator of one dataset would be shuffled alike unless the epoch
-      // moves the seed on, as tf.data's reshuffle_each_iteration does.
-      uint64_t seed = seed_ ? *seed_ + 0x9E3779B97F4A7C15ull * epoch_.fetch_add(1)
-                            : std::random_device{}();
-      std::mt19937_64 rng(seed);
-      std::shuffle(order.begin(), order.end(), rng);
-    }
-    return std::unique_ptr<IteratorBase>(new It(ctx, std::move(order)));
+    return std::unique_ptr<IteratorBase>(new It(ctx, this));
   }
 
  private:
+  // The order of one epoch. With a seed every iterator of one dataset would be shuffled alike
+  // unless the epoch moves the seed on, as tf.data's reshuffle_each_iteration does.
+  std::vector<std::string> Order(uint64_t epoch) const {
+    std::vector<std::string> order = files_;
+    if (shuffle_) {
+      const uint64_t seed = seed_ ? *seed_ + 0x9E3779B97F4A7C15ull * epoch : std::random_device{}();
+      std::mt19937_64 rng(seed);
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    return order;
+  }
+
   class It : public IteratorBase {
    public:
-    It(const IteratorContext& ctx, std::vector<std::string> files)
-        : IteratorBase(ctx, "ListFiles", false), files_(std::move(files)) {}
+    It(const IteratorContext& ctx, const ListFilesNode* node)
+        : IteratorBase(ctx, "ListFiles", false), node_(node) {
+      if (node->shuffle_ && !node->seed_) {
+        ctx.pipeline->MarkNotReplayable(
+            absl::StrCat("ListFiles shuffled without a seed (stage ", path_, ")"));
+      } else if (node->shuffle_) {
+        // Taken now so that a state saved before the first element records it.
+        ctx.pipeline->Iteration(node, path_, &node->iterations_);
+      }
+    }
     absl::Status GetNextInternal(Element* out, bool* end) override {
+      if (!ordered_) Order();
       if (index_ >= files_.size()) {
         *end = true;
         return absl::OkStatus();
@@ -207,15 +247,44 @@ class ListFilesNode : public DatasetNode {
       out->names.reset();
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint({static_cast<int64_t>(node_->files_.size()), node_->shuffle_,
+                                static_cast<int64_t>(node_->seed_.value_or(0))});
+    }
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutUint(index_);
+      return absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override {
+      uint64_t index = 0;
+      KILN_RETURN_IF_ERROR(r.GetUint(&index));
+      if (!ordered_) Order();
+      index_ = static_cast<size_t>(std::min<uint64_t>(index, files_.size()));
+      return absl::OkStatus();
+    }
 
    private:
+    // On the first call, not at construction: a restore sets the pipeline's iterations first.
+    void Order() {
+      ordered_ = true;
+      uint64_t epoch = 0;
+      if (node_->shuffle_ && node_->seed_) {
+        epoch =
+            (ctx_.pipeline->Iteration(node_, path_, &node_->iterations_) << 32) + ctx_.epoch_key;
+      }
+      files_ = node_->Order(epoch);
+    }
+
+    const ListFilesNode* node_;
+    bool ordered_ = false;
     std::vector<std::string> files_;
     size_t index_ = 0;
   };
   std::vector<std::string> files_;
   bool shuffle_;
   std::optional<uint64_t> seed_;
-  mutable std::atomic<uint64_t> epoch_{0};
+  // Pipelines that have iterated this dataset (PipelineState::NextEpoch).
+  mutable std::atomic<uint64_t> iterations_{0};
 };
 
 }  // namespace

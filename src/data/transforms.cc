@@ -36,6 +36,25 @@ class UnaryIterator : public IteratorBase {
   }
 
  protected:
+  // Checkpoints: a synchronous stage's position is its input's position plus fields of its
+  // own, so a restore moves the input and never replays this stage's work. Stages that hold
+  // elements between calls (Shuffle, Unbatch, Interleave) override these with replays.
+  absl::Status SaveInternal(StateWriter& writer) override {
+    SaveFields(writer);
+    return input_->Save(writer);
+  }
+  absl::Status RestoreInternal(StateReader& reader) override {
+    KILN_RETURN_IF_ERROR(RestoreFields(reader));
+    return input_->Restore(reader);
+  }
+  virtual void SaveFields(StateWriter&) {}
+  virtual absl::Status RestoreFields(StateReader&) { return absl::OkStatus(); }
+  // The defaults of IteratorBase: produced() and a replay.
+  absl::Status SaveByReplay(StateWriter& writer) { return IteratorBase::SaveInternal(writer); }
+  absl::Status RestoreByReplay(StateReader& reader) {
+    return IteratorBase::RestoreInternal(reader);
+  }
+
   Dataset input_dataset_;
   std::unique_ptr<IteratorBase> input_;
 };
@@ -60,6 +79,10 @@ class MapNode : public DatasetNode {
       if (!result.ok()) return result.status();
       *out = std::move(*result);
       return absl::OkStatus();
+    }
+    // One output per input, an error included: skipping needs no call of the function.
+    absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+      return input_->Skip(n, skipped);
     }
 
    private:
@@ -125,9 +148,13 @@ class TakeNode : public DatasetNode {
       if (!*end && remaining_ > 0) --remaining_;
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({count_}); }
+    void SaveFields(StateWriter& w) override { w.PutInt(remaining_); }
+    absl::Status RestoreFields(StateReader& r) override { return r.GetInt(&remaining_); }
 
    private:
     int64_t remaining_;
+    const int64_t count_ = remaining_;
   };
   Dataset input_;
   int64_t count_;
@@ -157,9 +184,13 @@ class SkipNode : public DatasetNode {
       }
       return input_->GetNext(out, end);
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({count_}); }
+    void SaveFields(StateWriter& w) override { w.PutInt(to_skip_); }
+    absl::Status RestoreFields(StateReader& r) override { return r.GetInt(&to_skip_); }
 
    private:
     int64_t to_skip_;
+    const int64_t count_ = to_skip_;
   };
   Dataset input_;
   int64_t count_;
@@ -188,6 +219,9 @@ class ShardNode : public DatasetNode {
         if (position_++ % n_ == index_) return absl::OkStatus();
       }
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({n_, index_}); }
+    void SaveFields(StateWriter& w) override { w.PutInt(position_); }
+    absl::Status RestoreFields(StateReader& r) override { return r.GetInt(&position_); }
 
    private:
     int64_t n_, index_;
@@ -218,7 +252,7 @@ class RepeatNode : public DatasetNode {
         : UnaryIterator(ctx, "Repeat", node->input_), count_(node->count_) {}
     absl::Status Init() override {
       if (count_ == 0) return absl::OkStatus();
-      return UnaryIterator::Init();
+      return MakeEpochInput();
     }
     absl::Status GetNextInternal(Element* out, bool* end) override {
       while (true) {
@@ -241,11 +275,41 @@ class RepeatNode : public DatasetNode {
         }
         produced_in_epoch_ = false;
         input_.reset();
-        KILN_RETURN_IF_ERROR(UnaryIterator::Init());
+        KILN_RETURN_IF_ERROR(MakeEpochInput());
       }
+    }
+    uint64_t StateConfig() const override { return ConfigFingerprint({count_}); }
+    // The epoch, and the position within it of the epoch's iterator (whose Shuffles and
+    // ListFiles record their own epochs).
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutInt(epoch_);
+      w.PutBool(produced_in_epoch_);
+      w.PutBool(input_ != nullptr);
+      return input_ ? input_->Save(w) : absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override {
+      bool has_input = false;
+      KILN_RETURN_IF_ERROR(r.GetInt(&epoch_));
+      KILN_RETURN_IF_ERROR(r.GetBool(&produced_in_epoch_));
+      KILN_RETURN_IF_ERROR(r.GetBool(&has_input));
+      if (!has_input) {
+        input_.reset();
+        return absl::OkStatus();
+      }
+      // The iterator made by Init belongs to epoch 0; the saved epoch needs its own.
+      input_.reset();
+      KILN_RETURN_IF_ERROR(MakeEpochInput());
+      return input_->Restore(r);
     }
 
    private:
+    // Each epoch's iterator carries the epoch in its context: Shuffles below reshuffle by it.
+    absl::Status MakeEpochInput() {
+      KILN_ASSIGN_OR_RETURN(input_,
+                            MakeInputIterator(input_dataset_, InputContext().WithEpochKey(epoch_)));
+      return absl::OkStatus();
+    }
+
     int64_t count_;
     int64_t epoch_ = 0;
     bool produced_in_epoch_ = false;
@@ -282,9 +346,13 @@ class EnumerateNode : public DatasetNode {
       }
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override { return ConfigFingerprint({start_}); }
+    void SaveFields(StateWriter& w) override { w.PutInt(next_); }
+    absl::Status RestoreFields(StateReader& r) override { return r.GetInt(&next_); }
 
    private:
     int64_t next_;
+    const int64_t start_ = next_;
     std::shared_ptr<const std::vector<std::string>> last_input_names_, last_output_names_;
   };
   Dataset input_;
@@ -367,6 +435,15 @@ class ZipNode : public DatasetNode {
       return absl::OkStatus();
     }
 
+    absl::Status SaveInternal(StateWriter& w) override {
+      for (auto& input : inputs_) KILN_RETURN_IF_ERROR(input->Save(w));
+      return absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override {
+      for (auto& input : inputs_) KILN_RETURN_IF_ERROR(input->Restore(r));
+      return absl::OkStatus();
+    }
+
    private:
     const ZipNode* node_;
     std::vector<std::unique_ptr<IteratorBase>> inputs_;
@@ -408,6 +485,24 @@ class ConcatenateNode : public DatasetNode {
       }
       *end = true;
       return absl::OkStatus();
+    }
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutUint(index_);
+      w.PutBool(current_ != nullptr);
+      return current_ ? current_->Save(w) : absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override {
+      uint64_t index = 0;
+      bool has_current = false;
+      KILN_RETURN_IF_ERROR(r.GetUint(&index));
+      KILN_RETURN_IF_ERROR(r.GetBool(&has_current));
+      if (index > 1) return absl::DataLossError("RestoreState: corrupt Concatenate record");
+      index_ = static_cast<int>(index);
+      current_.reset();
+      if (!has_current) return absl::OkStatus();
+      KILN_ASSIGN_OR_RETURN(
+          current_, MakeInputIterator(index_ == 0 ? node_->a_ : node_->b_, InputContext(index_)));
+      return current_->Restore(r);
     }
 
    private:
@@ -477,6 +572,9 @@ class BatchNode : public DatasetNode {
       KILN_ASSIGN_OR_RETURN(*out, StackElements(pending_, n));
       return absl::OkStatus();
     }
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint({node_->batch_size_, node_->drop_remainder_});
+    }
 
    private:
     const BatchNode* node_;
@@ -507,6 +605,9 @@ class PaddedBatchNode : public DatasetNode {
       if (*end) return absl::OkStatus();
       KILN_ASSIGN_OR_RETURN(*out, Pad(elements));
       return absl::OkStatus();
+    }
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint({node_->batch_size_, node_->drop_remainder_});
     }
 
    private:
@@ -657,6 +758,9 @@ class UnbatchNode : public DatasetNode {
       ++index_;
       return absl::OkStatus();
     }
+    // It holds a batch between calls, which a state does not record: replayed.
+    absl::Status SaveInternal(StateWriter& w) override { return SaveByReplay(w); }
+    absl::Status RestoreInternal(StateReader& r) override { return RestoreByReplay(r); }
 
    private:
     Element current_;
@@ -800,18 +904,61 @@ class ShuffleNode : public DatasetNode {
  private:
   // tf.data's algorithm: fill the buffer, then hand out a uniformly chosen buffered element
   // and put the next input element in its place.
+  //
+  // Checkpoints record the epoch (which gives the seed) and the number of steps taken; a
+  // restore replays those steps on a fresh input without materializing their outputs, which
+  // refills the buffer with exactly the elements it held (a step costs one input element and
+  // a random number: ~0.1 s per million steps over an in-memory source).
   class It : public UnaryIterator {
    public:
     It(const IteratorContext& ctx, const ShuffleNode* node)
         : UnaryIterator(ctx, "Shuffle", node->input_), node_(node) {
-      uint64_t seed = node->seed_;
-      if (node->reshuffle_) {
-        seed = node->seeded_ ? seed + 0x9E3779B97F4A7C15ull * node->epoch_.fetch_add(1)
-                             : std::random_device{}();
+      if (!node->seeded_) {
+        ctx.pipeline->MarkNotReplayable(absl::StrCat("Shuffle without a seed (stage ", path_, ")"));
+      } else if (node->reshuffle_) {
+        // Taken now so that a state saved before the first element records it.
+        ctx.pipeline->Iteration(node, path_, &node->iterations_);
+      }
+    }
+    absl::Status GetNextInternal(Element* out, bool* end) override { return Step(out, end); }
+
+   protected:
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint(
+          {node_->buffer_size_, static_cast<int64_t>(node_->seed_), node_->reshuffle_});
+    }
+    absl::Status SaveInternal(StateWriter& w) override { return SaveByReplay(w); }
+    absl::Status RestoreInternal(StateReader& r) override { return RestoreByReplay(r); }
+    absl::Status SkipInternal(int64_t n, int64_t* skipped) override {
+      while (*skipped < n) {
+        bool end = false;
+        absl::Status s = Step(nullptr, &end);
+        if (absl::IsCancelled(s)) return s;
+        if (s.ok() && end) break;
+        ++*skipped;
+      }
+      return absl::OkStatus();
+    }
+
+   private:
+    // On the first step, not at construction: a restore sets the pipeline's iterations first.
+    void Seed() {
+      seeded_ = true;
+      uint64_t seed = node_->seed_;
+      if (node_->reshuffle_) {
+        if (node_->seeded_) {
+          const uint64_t iteration = ctx_.pipeline->Iteration(node_, path_, &node_->iterations_);
+          seed += 0x9E3779B97F4A7C15ull * ((iteration << 32) + ctx_.epoch_key);
+        } else {
+          seed = std::random_device{}();
+        }
       }
       rng_.seed(seed);
     }
-    absl::Status GetNextInternal(Element* out, bool* end) override {
+
+    // One step of the algorithm; `out` null: the chosen element is dropped, not copied out.
+    absl::Status Step(Element* out, bool* end) {
+      if (!seeded_) Seed();
       while (!input_done_ && buffer_.size() < static_cast<size_t>(node_->buffer_size_)) {
         Element e;
         bool input_end = false;
@@ -828,7 +975,7 @@ class ShuffleNode : public DatasetNode {
         return absl::OkStatus();
       }
       const size_t index = rng_() % buffer_.size();
-      *out = buffer_.Take(index);
+      if (out != nullptr) *out = buffer_.Take(index);
       if (!input_done_) {
         bool input_end = false;
         Element next;
@@ -848,8 +995,8 @@ class ShuffleNode : public DatasetNode {
       return absl::OkStatus();
     }
 
-   private:
     const ShuffleNode* node_;
+    bool seeded_ = false;
     std::mt19937_64 rng_;
     ShuffleBuffer buffer_;
     bool input_done_ = false;
@@ -859,7 +1006,8 @@ class ShuffleNode : public DatasetNode {
   uint64_t seed_;
   bool reshuffle_;
   bool seeded_;
-  mutable std::atomic<uint64_t> epoch_{0};
+  // Pipelines that have iterated this dataset (PipelineState::NextEpoch).
+  mutable std::atomic<uint64_t> iterations_{0};
 };
 
 // ---- Interleave (sequential) and FlatMap ----
@@ -916,6 +1064,14 @@ class InterleaveNode : public DatasetNode {
       *end = true;
       return absl::OkStatus();
     }
+
+   protected:
+    uint64_t StateConfig() const override {
+      return ConfigFingerprint({cycle_length_, node_->block_length_});
+    }
+    // The open inputs are iterators of datasets made by the function: replayed.
+    absl::Status SaveInternal(StateWriter& w) override { return SaveByReplay(w); }
+    absl::Status RestoreInternal(StateReader& r) override { return RestoreByReplay(r); }
 
    private:
     void AdvanceToNextInCycle() {

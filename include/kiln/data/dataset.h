@@ -19,6 +19,10 @@
 //     ...
 //   }
 //
+// Checkpoints: `std::string state = *it->SaveState();` anywhere between GetNext calls; later,
+// possibly in another process, `ds.MakeIterator()` then `RestoreState(state)` continues with
+// exactly the elements the first iterator would have produced next.
+//
 // Construction errors (a bad argument to a transformation) make the Dataset invalid; the
 // error is reported by status() and by MakeIterator(), so chains stay fluent.
 #pragma once
@@ -28,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -89,6 +94,23 @@ class Iterator {
   // Highest number of bytes held at once by the buffers that the RAM budget governs.
   int64_t peak_buffered_bytes() const;
   int64_t ram_budget_bytes() const;
+
+  // ---- checkpoints (docs/DATA.md, "Checkpoints") ----
+  // The iterator's position: a few hundred bytes that record positions, seeds and epochs, never
+  // buffered elements (elements in flight are recomputed on restore), so its size does not
+  // grow with buffer sizes. Call it on the consumer's thread, between GetNext calls.
+  // FailedPrecondition, naming the stage, for a pipeline whose order is not reproducible
+  // (Shuffle or ListFiles without a seed, deterministic = false); Unimplemented, naming the
+  // stage, for a stage that cannot checkpoint yet.
+  absl::StatusOr<std::string> SaveState();
+  // Moves a new iterator (no GetNext called yet) of the same pipeline, in this or another
+  // process, to the position `state` recorded: its next elements are exactly those the saved
+  // iterator would have produced next. InvalidArgument, naming the first stage that differs,
+  // for a state saved from another pipeline; DataLoss for a truncated or corrupt state. The
+  // restored position is reached by replaying the inputs from their sources as cheaply as
+  // each stage allows (sources seek; Map, Batch and their parallel forms skip without calling
+  // the function; Shuffle refills its buffer from the replayed input).
+  absl::Status RestoreState(std::string_view state);
 
  private:
   friend class Dataset;
