@@ -128,6 +128,13 @@ int RunServer(const ServeFlags& flags) {
       flags.allow_version_labels_for_unavailable_models;
   options.enable_signature_method_name_check = flags.enable_signature_method_name_check;
   options.enable_serialization_as_tensor_content = flags.enable_serialization_as_tensor_content;
+  options.enable_per_model_batching_parameters = flags.enable_per_model_batching_parameters;
+  options.max_num_load_retries = flags.max_num_load_retries;
+  options.load_retry_interval_micros = flags.load_retry_interval_micros;
+  options.num_load_threads = flags.num_load_threads;
+  options.num_unload_threads = flags.num_unload_threads;
+  options.flush_filesystem_caches = flags.flush_filesystem_caches;
+  options.log_loaded_models = true;
   if (flags.enable_batching) {
     tensorflow::serving::BatchingParameters params;
     if (!flags.batching_parameters_file.empty()) {

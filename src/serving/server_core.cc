@@ -1,6 +1,10 @@
 #include "kiln/serving/server_core.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -407,9 +411,167 @@ std::string ModelPathInVersion(const ModelConfig& config, const std::string& dir
 
 }  // namespace
 
-ServerCore::ServerCore(ServerCoreOptions options) : options_(std::move(options)) {}
+ServerCore::ServerCore(ServerCoreOptions options) : options_(std::move(options)) {
+  for (int i = 0; i < options_.num_unload_threads; ++i) {
+    unload_threads_.emplace_back([this] { UnloadLoop(); });
+  }
+}
 
-ServerCore::~ServerCore() { Stop(); }
+ServerCore::~ServerCore() {
+  Stop();
+  {
+    std::lock_guard<std::mutex> lock(unload_mu_);
+    unload_stopping_ = true;
+  }
+  unload_cv_.notify_all();
+  for (std::thread& thread : unload_threads_) thread.join();
+}
+
+void ServerCore::UnloadLoop() {
+  std::unique_lock<std::mutex> lock(unload_mu_);
+  while (true) {
+    if (unload_queue_.empty()) {
+      if (unload_stopping_) return;
+      unload_cv_.wait(lock);
+      continue;
+    }
+    std::shared_ptr<const ServableVersion> version = std::move(unload_queue_.back());
+    unload_queue_.pop_back();
+    lock.unlock();
+    version.reset();  // the model's memory is freed here (unless a request still holds it)
+    lock.lock();
+  }
+}
+
+void ServerCore::Release(std::vector<std::shared_ptr<const ServableVersion>> retired) {
+  if (retired.empty()) return;
+  if (unload_threads_.empty()) return;  // dropped here, as `retired` goes out of scope
+  {
+    std::lock_guard<std::mutex> lock(unload_mu_);
+    for (auto& version : retired) unload_queue_.push_back(std::move(version));
+  }
+  unload_cv_.notify_all();
+}
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersionWithRetries(
+    const ModelConfig& config, int64_t version) {
+  for (int attempt = 0;; ++attempt) {
+    auto loaded = LoadVersion(config, version);
+    if (loaded.ok() || attempt >= options_.max_num_load_retries) return loaded;
+    std::fprintf(stderr,
+                 "kiln serve: model %s version %lld failed to load (attempt %d of %d), retrying "
+                 "in %lld us: %s\n",
+                 config.name().c_str(), static_cast<long long>(version), attempt + 1,
+                 options_.max_num_load_retries + 1,
+                 static_cast<long long>(std::max<int64_t>(0, options_.load_retry_interval_micros)),
+                 std::string(loaded.status().message()).c_str());
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (options_.load_retry_interval_micros > 0) {
+      stop_cv_.wait_for(lock, std::chrono::microseconds(options_.load_retry_interval_micros),
+                        [this] { return stopping_; });
+    }
+    if (stopping_) return loaded;
+  }
+}
+
+// The folder of `version` under the base path; version folders may be zero-padded
+// ("00000123").
+std::string VersionDir(const ModelConfig& config, int64_t version) {
+  const std::string dir = (fs::path(config.base_path()) / std::to_string(version)).string();
+  std::error_code error;
+  if (fs::is_directory(dir, error)) return dir;
+  for (const auto& entry : fs::directory_iterator(config.base_path(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.empty() &&
+        std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); }) &&
+        name.size() <= 18 && std::stoll(name) == version) {
+      return entry.path().string();
+    }
+  }
+  return dir;
+}
+
+// Runs fn(0) ... fn(count - 1) on up to `threads` threads (0 or 1: here, in order).
+void RunParallel(int threads, size_t count, const std::function<void(size_t)>& fn) {
+  if (threads <= 1 || count <= 1) {
+    for (size_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads && static_cast<size_t>(t) < count; ++t) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < count; i = next++) fn(i);
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+}
+
+// TF Serving's --flush_filesystem_caches asks its file systems to drop their caches once the
+// models are in memory. For local files that cache is the kernel's page cache: Kiln reads
+// model files into its own buffers (no mapping), so their cached pages are a second copy.
+void FlushFileCaches(const std::string& dir) {
+  std::error_code error;
+  for (auto it = fs::recursive_directory_iterator(dir, error);
+       !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+    if (!it->is_regular_file(error)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// TF Serving's per-model batching (bundle_factory_util.cc GetPerModelBatchingParams): the
+// version folder's batching_params.pbtxt, or no batching when it has none.
+absl::StatusOr<std::optional<BatchingOptions>> PerModelBatching(const std::string& version_dir,
+                                                                const BatchingOptions& global) {
+  const fs::path file = fs::path(version_dir) / "batching_params.pbtxt";
+  std::error_code error;
+  if (!fs::exists(file, error)) return std::optional<BatchingOptions>();
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file.string()));
+  tensorflow::serving::BatchingParameters params;
+  google::protobuf::TextFormat::Parser parser;
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string errors;
+    void AddError(int line, int column, const std::string& message) override {
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", line + 1, ":", column + 1, ": ",
+                      message);
+    }
+  } collector;
+  parser.RecordErrorsTo(&collector);
+  if (!parser.ParseFromString(text.str(), &params)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.string(), " is not a valid BatchingParameters text proto: ", collector.errors));
+  }
+  auto options = BatchingOptionsFromProto(params);
+  if (!options.ok()) return Annotate(options.status(), file.string());
+  // The batch threads are shared by every model in TF Serving: they come from the global
+  // parameters, not from the model's file.
+  options->num_batch_threads = global.num_batch_threads;
+  return std::optional<BatchingOptions>(*options);
+}
+
+// A version folder with only a TensorFlow Lite model: say what is missing instead of the
+// SavedModel importer's "no saved_model.pb".
+absl::Status CheckNotTfliteOnly(const std::string& version_dir) {
+  std::error_code error;
+  const fs::path dir(version_dir);
+  if (!fs::exists(dir / "model.tflite", error) || fs::exists(dir / "saved_model.pb", error) ||
+      fs::exists(dir / "saved_model.pbtxt", error)) {
+    return absl::OkStatus();
+  }
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (entry.path().extension() == ".onnx") return absl::OkStatus();
+  }
+  return absl::UnimplementedError(
+      absl::StrCat((dir / "model.tflite").string(),
+                   ": Kiln cannot run TensorFlow Lite models (--prefer_tflite_model); serve the "
+                   "SavedModel or an ONNX export of it"));
+}
 
 absl::StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(ServerCoreOptions options,
                                                                const ModelServerConfig& config) {
@@ -555,28 +717,44 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
     }
   }
 
-  // 3. Load every new version while the current ones keep serving. A failure drops what was
-  // loaded so far: the request changes nothing.
+  // 3. Load every new version while the current ones keep serving (num_load_threads at a
+  // time). A failure drops what was loaded: the request changes nothing.
+  struct Job {
+    Plan* plan;
+    int64_t version;
+    absl::StatusOr<std::shared_ptr<const ServableVersion>> result;
+  };
+  std::vector<Job> jobs;
   for (Plan& plan : plans) {
     for (int64_t version : plan.to_load) {
-      auto loaded = LoadVersion(*plan.config, version);
-      if (!loaded.ok()) {
-        std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n",
-                     plan.config->name().c_str(), static_cast<long long>(version),
-                     std::string(loaded.status().message()).c_str());
-        return Annotate(loaded.status(),
-                        absl::StrCat("model ", plan.config->name(), " version ", version,
-                                     " (the config was not applied)"));
-      }
-      plan.loaded[version] = *std::move(loaded);
+      jobs.push_back({&plan, version, absl::UnknownError("not loaded")});
     }
   }
 
-  // 4. Swap in the new configs and versions; unload what is no longer wanted.
-  std::lock_guard<std::mutex> lock(mu_);
+  // 4. Swap in the new configs and versions; unload what is no longer wanted (released after
+  // mu_ is let go, so that freeing a model never holds up a request's lookup).
+  std::vector<std::shared_ptr<const ServableVersion>> retired;
+  std::unique_lock<std::mutex> lock(mu_);
   std::set<std::string> wanted;
   for (Plan& plan : plans) {
     const std::string& name = plan.config->name();
+  RunParallel(options_.num_load_threads, jobs.size(), [&](size_t i) {
+    jobs[i].result = LoadVersionWithRetries(*jobs[i].plan->config, jobs[i].version);
+  });
+  for (Job& job : jobs) {
+    if (!job.result.ok()) {
+      std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n",
+                   job.plan->config->name().c_str(), static_cast<long long>(job.version),
+                   std::string(job.result.status().message()).c_str());
+      return Annotate(job.result.status(),
+                      absl::StrCat("model ", job.plan->config->name(), " version ", job.version,
+                                   " (the config was not applied)"));
+    }
+  }
+  for (Job& job : jobs) job.plan->loaded[job.version] = *std::move(job.result);
+  if (options_.flush_filesystem_caches) {
+    for (const Job& job : jobs) FlushFileCaches(VersionDir(*job.plan->config, job.version));
+  }
     wanted.insert(name);
     ModelEntry& entry = models_[name];
     entry.config = *plan.config;
@@ -597,7 +775,7 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
         auto v = entry.versions.find(version);
         if (v == entry.versions.end() || v->second.servable == nullptr) ++deficit;
       }
-      RetireVersions(name, entry, plan.aspired, plan.present, deficit);
+      RetireVersions(name, entry, plan.aspired, plan.present, deficit, &retired);
     }
   }
   for (auto it = models_.begin(); it != models_.end();) {
@@ -608,22 +786,40 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
     }
   }
   has_config_ = true;
+      for (auto& [version, v] : it->second.versions) {
+        if (v.servable != nullptr) retired.push_back(std::move(v.servable));
+      }
   return absl::OkStatus();
 }
 
 void ServerCore::PollNow() {
   std::lock_guard<std::mutex> poll_lock(poll_mu_);
   PollModels(ModelNames()).IgnoreError();
+  lock.unlock();
+  Release(std::move(retired));
 }
 
 absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
   absl::Status first_error;
-  for (const std::string& name : names) {
+  // With num_load_threads > 1, models are polled (and their versions loaded) side by side.
+  RunParallel(options_.num_load_threads, names.size(), [&](size_t i) {
+    absl::Status status = PollModel(names[i]);
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (first_error.ok()) first_error = status;
+  });
+  return first_error;
+}
+
+absl::Status ServerCore::PollModel(const std::string& name) {
+  absl::Status first_error;
+  std::vector<std::shared_ptr<const ServableVersion>> retired;
+  {
     ModelConfig config;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = models_.find(name);
-      if (it == models_.end()) continue;
+  std::mutex error_mu;
+      if (it == models_.end()) return absl::OkStatus();
       config = it->second.config;
     }
     auto present = ListVersions(config.base_path());
@@ -635,7 +831,7 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
         std::fprintf(stderr, "kiln serve: model %s: %s\n", name.c_str(),
                      it->second.last_listing_error.c_str());
       }
-      continue;
+      return absl::OkStatus();
     }
     const std::set<int64_t> aspired = AspiredVersions(config, *present);
     // Load first: the versions being replaced keep serving until the new ones are ready.
@@ -658,7 +854,7 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
         if (entry.servable == nullptr) entry.status.state = ModelVersionStatus::LOADING;
         entry.status.status = absl::OkStatus();
       }
-      auto loaded = LoadVersion(config, version);
+      auto loaded = LoadVersionWithRetries(config, version);
       std::lock_guard<std::mutex> lock(mu_);
       auto it = models_.find(name);
       if (it == models_.end()) break;
@@ -675,6 +871,11 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
           entry.status.state = ModelVersionStatus::END;
           entry.source_path = config.base_path();
         }
+        // TF Serving flushes after each later load only when loads are not parallel (a
+        // parallel load may still be reading its files).
+        if (options_.flush_filesystem_caches && options_.num_load_threads <= 1) {
+          FlushFileCaches(VersionDir(config, version));
+        }
         entry.status.status = loaded.status();
         std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n", name.c_str(),
                      static_cast<long long>(version),
@@ -684,7 +885,7 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
-    if (it == models_.end()) continue;
+    if (it == models_.end()) return first_error;
     // An aspired version that failed to load is replaced by the newest versions already
     // serving, so a bad export never takes a model down.
     size_t deficit = 0;
@@ -692,14 +893,16 @@ absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
       auto v = it->second.versions.find(version);
       if (v == it->second.versions.end() || v->second.servable == nullptr) ++deficit;
     }
-    RetireVersions(name, it->second, aspired, *present, deficit);
+    RetireVersions(name, it->second, aspired, *present, deficit, &retired);
   }
   return first_error;
 }
 
 void ServerCore::RetireVersions(const std::string& name, ModelEntry& entry,
                                 const std::set<int64_t>& aspired,
-                                const std::vector<int64_t>& present, size_t deficit) {
+                                const std::vector<int64_t>& present, size_t deficit,
+                                std::vector<std::shared_ptr<const ServableVersion>>* retired) {
+  Release(std::move(retired));
   auto listed = [&](int64_t version) {
     return std::binary_search(present.begin(), present.end(), version);
   };
@@ -721,26 +924,17 @@ void ServerCore::RetireVersions(const std::string& name, ModelEntry& entry,
                    static_cast<long long>(version));
     }
     // A failed version whose folder went away may be retried when it reappears.
+      retired->push_back(std::move(v.servable));
     if (!listed(version) && !v.status.status.ok()) v.status.status = absl::OkStatus();
   }
 }
 
 absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
     const ModelConfig& config, int64_t version) {
-  const std::string dir = (fs::path(config.base_path()) / std::to_string(version)).string();
-  // Version folders may be zero-padded ("00000123").
-  std::string version_dir = dir;
-  std::error_code error;
-  if (!fs::is_directory(version_dir, error)) {
-    for (const auto& entry : fs::directory_iterator(config.base_path(), error)) {
-      const std::string name = entry.path().filename().string();
-      if (!name.empty() &&
-          std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); }) &&
-          name.size() <= 18 && std::stoll(name) == version) {
-        version_dir = entry.path().string();
-        break;
-      }
-    }
+  const std::string version_dir = VersionDir(config, version);
+  std::optional<BatchingOptions> batching = options_.batching;
+  if (batching.has_value() && options_.enable_per_model_batching_parameters) {
+    KILN_ASSIGN_OR_RETURN(batching, PerModelBatching(version_dir, *options_.batching));
   }
   const std::string path = ModelPathInVersion(config, version_dir);
   const int64_t start_ns = NowNanos();
@@ -749,18 +943,19 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   if (metrics != nullptr) {
     metrics->load_attempt_count.Increment({path, model.ok() ? "success" : "fail"});
   }
+  KILN_RETURN_IF_ERROR(CheckNotTfliteOnly(version_dir));
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", path));
   if (metrics != nullptr) metrics->load_latency.Increment({path}, (NowNanos() - start_ns) / 1e3);
   auto servable = std::make_shared<ServableVersion>(
-      config.name(), version, *model, options_.batching, metrics,
+      config.name(), version, *model, batching, metrics,
       options_.enable_signature_method_name_check,
       (*model)->platform() == "tensorflow"
           ? MetadataOnlySignatures(path, options_.model_options.tags)
           : std::map<std::string, runtime::SignatureInfo>{});
   if (options_.allow_precompilation) {
     std::vector<int64_t> batch_sizes = {1};
-    if (options_.batching.has_value() && !options_.batching->allowed_batch_sizes.empty()) {
-      batch_sizes = options_.batching->allowed_batch_sizes;
+    if (batching.has_value() && !batching->allowed_batch_sizes.empty()) {
+      batch_sizes = batching->allowed_batch_sizes;
     }
     for (const auto& [key, signature] : (*model)->signatures()) {
       for (int64_t batch : batch_sizes) {
@@ -798,6 +993,15 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
 absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
     const ModelSpecRef& spec) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (options_.log_loaded_models) {
+    // The server's load log: what the importer and the optimizer made of this version.
+    std::fprintf(stderr, "kiln serve: model %s version %lld loaded from %s%s\n%s",
+                 config.name().c_str(), static_cast<long long>(version), path.c_str(),
+                 batching.has_value() && options_.enable_per_model_batching_parameters
+                     ? " (batching_params.pbtxt)"
+                     : "",
+                 (*model)->Inspect().c_str());
+  }
   auto it = models_.find(spec.name);
   const absl::Status not_found =
       absl::NotFoundError(absl::StrCat("Servable not found for request: ", spec.DebugString()));

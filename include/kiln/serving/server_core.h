@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -104,6 +105,26 @@ struct ServerCoreOptions {
   // <= 0: the base paths are read once (TF Serving: 0 polls once; negative never polls).
   int64_t file_system_poll_wait_seconds = 1;
   std::optional<BatchingOptions> batching;  // set: --enable_batching
+  // --enable_per_model_batching_parameters (with batching on): a version batches with the
+  // BatchingParameters of batching_params.pbtxt in its version folder (only num_batch_threads
+  // comes from `batching`), and a version without that file does not batch, as in TF Serving.
+  bool enable_per_model_batching_parameters = false;
+  // --max_num_load_retries / --load_retry_interval_micros: a failed load is tried again this
+  // many times, this long apart (negative: no wait), before the version counts as failed.
+  int max_num_load_retries = 0;
+  int64_t load_retry_interval_micros = 0;
+  // --num_load_threads / --num_unload_threads: 0 loads (unloads) one version at a time on the
+  // thread that applies the config or polls; N loads up to N versions at once (unloads on N
+  // background threads, so a large model's release never holds up the poll).
+  int num_load_threads = 0;
+  int num_unload_threads = 0;
+  // --flush_filesystem_caches: once versions are loaded, the page cache of their files is
+  // dropped (their bytes now live in the model), after the initial load of all and after each
+  // later load when loads are not parallel (num_load_threads <= 1), as TF Serving does.
+  bool flush_filesystem_caches = false;
+  // Print each loaded version's Model::Inspect() (signatures, optimization log, compression
+  // report) to stderr, as a server's load log.
+  bool log_loaded_models = false;
   bool allow_precompilation = false;
   bool allow_version_labels_for_unavailable_models = false;
   bool enable_signature_method_name_check = false;
@@ -170,12 +191,20 @@ class ServerCore {
   // Loads what each model's policy wants and unloads what it no longer wants; returns the
   // load errors of this pass.
   absl::Status PollModels(const std::vector<std::string>& names);
+  absl::Status PollModel(const std::string& name);
   // Unloads the versions of `entry` that are neither aspired nor kept to stand in for an
   // aspired version that failed to load. `present`: the listing of its base path. Needs mu_.
   void RetireVersions(const std::string& name, ModelEntry& entry, const std::set<int64_t>& aspired,
-                      const std::vector<int64_t>& present, size_t deficit);
+                      const std::vector<int64_t>& present, size_t deficit,
+                      std::vector<std::shared_ptr<const ServableVersion>>* retired);
   absl::StatusOr<std::shared_ptr<const ServableVersion>> LoadVersion(
       const tensorflow::serving::ModelConfig& config, int64_t version);
+  // LoadVersion, retried as max_num_load_retries says (a retry's wait ends early at Stop()).
+  absl::StatusOr<std::shared_ptr<const ServableVersion>> LoadVersionWithRetries(
+      const tensorflow::serving::ModelConfig& config, int64_t version);
+  // Drops the references to versions no longer served: here, or on the unload threads.
+  void Release(std::vector<std::shared_ptr<const ServableVersion>> retired);
+  void UnloadLoop();
   void PollLoop();
 
   const ServerCoreOptions options_;
@@ -187,6 +216,12 @@ class ServerCore {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread poll_thread_;
+  // --num_unload_threads > 0: versions to release, and the threads that release them.
+  std::mutex unload_mu_;
+  std::condition_variable unload_cv_;
+  std::vector<std::shared_ptr<const ServableVersion>> unload_queue_;
+  bool unload_stopping_ = false;
+  std::vector<std::thread> unload_threads_;
 };
 
 // Reads a ModelServerConfig text proto file (errors name the file and the parse error).
