@@ -81,6 +81,6 @@ absl::Status DeadCodeElimination(ir::Graph& graph, PassContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_PASS("constant_folding", 100, ConstantFolding);
-KILN_REGISTER_PASS("dead_code_elimination", 900, DeadCodeElimination);
+KILN_REGISTER_PASS_KEEPING_TYPES("dead_code_elimination", 900, DeadCodeElimination);
 
 }  // namespace kiln::opt

@@ -87,6 +87,6 @@ absl::Status FoldBatchNormIntoConv(Graph& g, PassContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_PASS("batchnorm_folding", 200, FoldBatchNormIntoConv);
+KILN_REGISTER_PASS_KEEPING_TYPES("batchnorm_folding", 200, FoldBatchNormIntoConv);
 
 }  // namespace kiln::opt

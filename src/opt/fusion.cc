@@ -524,9 +524,9 @@ absl::Status FuseElementwiseChains(Graph& g, PassContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_PASS("gelu_fusion", 250, FuseGelu);
-KILN_REGISTER_PASS("layernorm_fusion", 260, FuseLayerNorm);
-KILN_REGISTER_PASS("conv_matmul_post_op_fusion", 300, FuseConvMatMulPostOps);
-KILN_REGISTER_PASS("elementwise_chain_fusion", 350, FuseElementwiseChains);
+KILN_REGISTER_PASS_KEEPING_TYPES("gelu_fusion", 250, FuseGelu);
+KILN_REGISTER_PASS_KEEPING_TYPES("layernorm_fusion", 260, FuseLayerNorm);
+KILN_REGISTER_PASS_KEEPING_TYPES("conv_matmul_post_op_fusion", 300, FuseConvMatMulPostOps);
+KILN_REGISTER_PASS_KEEPING_TYPES("elementwise_chain_fusion", 350, FuseElementwiseChains);
 
 }  // namespace kiln::opt

@@ -123,6 +123,6 @@ absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
 }  // namespace
 
 // After fusion (post-ops decide which values are conv outputs), before dead-code elimination.
-KILN_REGISTER_PASS("conv_activation_layout", 400, ConvActivationLayout);
+KILN_REGISTER_PASS_KEEPING_TYPES("conv_activation_layout", 400, ConvActivationLayout);
 
 }  // namespace kiln::opt

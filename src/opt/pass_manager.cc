@@ -13,8 +13,8 @@ PassRegistry& PassRegistry::Global() {
   return *registry;
 }
 
-void PassRegistry::Register(std::string name, int order, PassFunction run) {
-  passes_.push_back({std::move(name), order, std::move(run)});
+void PassRegistry::Register(std::string name, int order, PassFunction run, bool keeps_value_types) {
+  passes_.push_back({std::move(name), order, std::move(run), keeps_value_types});
 }
 
 std::vector<PassInfo> PassRegistry::Passes() const {
@@ -85,19 +85,21 @@ absl::Status Optimize(ir::Graph& graph, const PassOptions& options, Optimization
   const std::vector<PassInfo> passes = PassRegistry::Global().Passes();
   for (int round = 1; round <= std::max(1, options.max_rounds); ++round) {
     bool changed = false;
-    // Once per round (pass.h): the typed passes keep the types they touch correct.
-    bool typed = false;
+    // Once per round, and again after a pass that changed the graph without keeping types
+    // (pass.h).
+    bool types_fresh = false;
     for (const PassInfo& pass : passes) {
       if (Disabled(options, pass.name)) continue;
-      if (!typed && pass.order >= kFirstTypedPassOrder) {
+      if (!types_fresh && pass.order >= kFirstTypedPassOrder) {
         KILN_RETURN_IF_ERROR(InferTypes(graph));
-        typed = true;
+        types_fresh = true;
       }
       OptimizationLogEntry entry;
       entry.round = round;
       KILN_RETURN_IF_ERROR(RunOne(pass, graph, options, entry));
       if (entry.changes.empty()) continue;
       changed = true;
+      if (!pass.keeps_value_types) types_fresh = false;
       log->entries.push_back(std::move(entry));
     }
     if (!changed) break;

@@ -193,8 +193,9 @@ absl::Status EliminateIdentityTransposeReshape(Graph& g, PassContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_PASS("common_subexpression_elimination", 120, EliminateCommonSubexpressions);
-KILN_REGISTER_PASS("identity_transpose_reshape_elimination", 150,
-                   EliminateIdentityTransposeReshape);
+KILN_REGISTER_PASS_KEEPING_TYPES("common_subexpression_elimination", 120,
+                                 EliminateCommonSubexpressions);
+KILN_REGISTER_PASS_KEEPING_TYPES("identity_transpose_reshape_elimination", 150,
+                                 EliminateIdentityTransposeReshape);
 
 }  // namespace kiln::opt

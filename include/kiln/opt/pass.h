@@ -16,18 +16,22 @@
 // Suggested orders: 100 cleanup/folding, 120-150 redundancy elimination, 200 algebraic
 // rewrites, 300 fusion, 400 layout, 900 DCE.
 //
-// Every pass follows two rules:
-// - One ctx.Note per rewrite, naming the nodes it rewrote (ir::Node::Describe(): "Conv
-//   'conv1'"), e.g. "fused Conv 'conv1' + Relu 'relu1' into FusedConv": `kiln inspect` then
-//   says what happened to which node, and the log counts rewrites, not passes.
-// - Value types (ir::Value::type) are inferred once per round, right before the first pass
-//   whose order is at least kFirstTypedPassOrder (after constant folding, whose results make
-//   more types knowable), not before every pass: inference over a large model costs as much
-//   as a pass. So a pass that adds a value or rewires readers leaves the types it touched as
-//   inference would write them (a fused node takes over the value of the pattern's last node,
-//   type included; a new constant is typed by Graph::AddConstant), and the passes after it in
-//   the round read correct types. Passes ordered below kFirstTypedPassOrder must not read
-//   inferred types.
+// Every pass notes each rewrite with ctx.Note, naming the nodes it rewrote
+// (ir::Node::Describe(): "Conv 'conv1'"), e.g. "fused Conv 'conv1' + Relu 'relu1' into
+// FusedConv": `kiln inspect` then says what happened to which node, and the log counts
+// rewrites, not passes.
+//
+// Value types (ir::Value::type) are inferred before the first pass of a round whose order is
+// at least kFirstTypedPassOrder (after constant folding, whose results make more types
+// knowable), and again only after a pass that changed the graph without keeping types: not
+// before every pass, since inference over a large model costs as much as a pass. A pass
+// registered with KILN_REGISTER_PASS_KEEPING_TYPES promises that the values it adds or rewires
+// have the types inference would give them (a fused node takes over the value of the
+// pattern's last node, type included; Graph::AddConstant types a new constant), so the passes
+// after it read correct types without inference (opt_pass_convention_test checks the promise
+// of every such pass on real models). A pass registered with KILN_REGISTER_PASS may change
+// shapes freely (pruning channels, say); types are inferred again after it when it changed
+// something. Passes ordered below kFirstTypedPassOrder must not read inferred types.
 #pragma once
 
 #include <functional>
@@ -102,6 +106,8 @@ struct PassInfo {
   std::string name;
   int order = 0;
   PassFunction run;
+  // The pass leaves every value it touches typed as inference would (see above).
+  bool keeps_value_types = false;
 };
 
 // Thread safety: passes register from static initializers, before main; afterwards the
@@ -110,7 +116,7 @@ struct PassInfo {
 class PassRegistry {
  public:
   static PassRegistry& Global();
-  void Register(std::string name, int order, PassFunction run);
+  void Register(std::string name, int order, PassFunction run, bool keeps_value_types = false);
   std::vector<PassInfo> Passes() const;  // sorted by order, then name
 
  private:
@@ -118,8 +124,8 @@ class PassRegistry {
 };
 
 struct PassRegistration {
-  PassRegistration(const char* name, int order, PassFunction run) {
-    PassRegistry::Global().Register(name, order, std::move(run));
+  PassRegistration(const char* name, int order, PassFunction run, bool keeps_value_types = false) {
+    PassRegistry::Global().Register(name, order, std::move(run), keeps_value_types);
   }
 };
 
@@ -140,3 +146,6 @@ absl::StatusOr<std::vector<std::string>> RunPass(absl::string_view name, ir::Gra
 #define KILN_REGISTER_PASS(name, order, fn)                                                       \
   static ::kiln::opt::PassRegistration KILN_PASS_CONCAT(kiln_pass_reg_, __COUNTER__)(name, order, \
                                                                                      fn)
+#define KILN_REGISTER_PASS_KEEPING_TYPES(name, order, fn)                             \
+  static ::kiln::opt::PassRegistration KILN_PASS_CONCAT(kiln_pass_reg_, __COUNTER__)( \
+      name, order, fn, /*keeps_value_types=*/true)
