@@ -1,0 +1,431 @@
+// kiln::DynamicQuantMatMul and kiln::Bf16MatMul, the compressed Linear layers written by
+// src/opt/compress_matmul.cc; the operator contract is include/kiln/kernels/compressed_matmul.h.
+//
+// int8: A is quantized per row (u8, its own scale and zero point) into scratch, oneDNN's
+// matmul multiplies u8 x s8 into int32 with the weights packed once per model (the
+// PackedConstantCache), and one pass over the int32 result dequantizes, adds the bias and
+// applies the post-ops. The zero points are not given to oneDNN: per-row zero points are not
+// among its matmul attributes, and acc - a_zero[m] * colsum[n] is exact in int32.
+//
+// bf16: oneDNN's bf16 matmul (A rounded to bf16 in scratch, fp32 accumulation) where the CPU
+// has avx512_bf16/AMX; elsewhere products of a few rows widen the bf16 weights as they read
+// them (half the bytes of fp32: these products wait on memory), and larger ones use an fp32
+// copy packed once per model.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/kernels/compressed_matmul.h"
+#include "kiln/kernels/kernel.h"
+#include "nn_dnnl.h"
+
+namespace kiln::kernels {
+
+bool CpuHasInt8Vnni() {
+  nn::CpuEngine();  // applies Kiln's ISA cap to oneDNN first
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+         (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+}
+
+bool CpuHasBf16MatMul() {
+  nn::CpuEngine();
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+namespace nn {
+namespace {
+
+using dnnl::memory;
+
+size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Rows x K products below this many multiply-adds run on the calling thread (as MatMul).
+constexpr int64_t kSerialMacs = int64_t{1} << 18;
+
+// What both kernels share: A [..., K] as rows, the [K, N] weight, bias, residual, post-ops.
+class CompressedMatMulBase : public OpKernel {
+ protected:
+  explicit CompressedMatMulBase(const ir::Node& node) : node_(node) {}
+
+  // Checks A and the weight (input 1, `weight_dtype`), sets the output; `first_optional` is
+  // the index of the bias input.
+  absl::Status PrepareShapes(PrepareContext& ctx, DType weight_dtype, size_t first_optional) {
+    KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(),
+                                          [](const PostOp& p) { return p.kind == "Add"; });
+    if (ctx.inputs.size() < first_optional || !ctx.inputs[0].present() ||
+        !ctx.inputs[1].present()) {
+      return Error("needs inputs A and the weight");
+    }
+    if (ctx.inputs[0].dtype != DType::kFloat32) return Error("A must be float");
+    const Shape& a = ctx.inputs[0].shape;
+    const Shape& w = ctx.inputs[1].shape;
+    if (ctx.inputs[1].dtype != weight_dtype || w.rank() != 2) {
+      return Error("the weight must be ", DTypeName(weight_dtype), " [K, N]; got ",
+                   DTypeName(ctx.inputs[1].dtype), w.ToString());
+    }
+    k_ = w.dim(0);
+    n_ = w.dim(1);
+    if (a.rank() < 1 || a.dim(a.rank() - 1) != k_) {
+      return Error("A ", a.ToString(), " does not end in K = ", k_);
+    }
+    rows_ = k_ == 0 ? 0 : a.num_elements() / k_;
+    bias_index_ = ctx.inputs.size() > first_optional && ctx.inputs[first_optional].present()
+                      ? static_cast<int>(first_optional)
+                      : -1;
+    if (bias_index_ >= 0 && (ctx.inputs[bias_index_].dtype != DType::kFloat32 ||
+                             ctx.inputs[bias_index_].shape.num_elements() != n_)) {
+      return Error("bias must be float [", n_, "]");
+    }
+    Shape out = a;
+    out.erase(out.rank() - 1);
+    out.push_back(n_);
+    residual_index_ = has_residual ? static_cast<int>(ctx.inputs.size()) - 1 : -1;
+    if (residual_index_ >= 0 && (residual_index_ <= static_cast<int>(first_optional) ||
+                                 ctx.inputs[residual_index_].shape != out)) {
+      return Error("residual must match the output ", out.ToString());
+    }
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out;
+    return absl::OkStatus();
+  }
+
+  template <typename... Args>
+  absl::Status Error(const Args&... args) const {
+    return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", args...));
+  }
+
+  // Bias and post-ops on rows [r0, r1) of y, whose values are the bare products.
+  void FinishRows(const ComputeContext& ctx, float* y, int64_t r0, int64_t r1) const {
+    if (bias_index_ >= 0) {
+      const float* bias = ctx.inputs[bias_index_].data<float>();
+      for (int64_t r = r0; r < r1; ++r) {
+        float* row = y + r * n_;
+        for (int64_t j = 0; j < n_; ++j) row[j] += bias[j];
+      }
+    }
+    if (post_ops_.empty()) return;
+    const float* residual =
+        residual_index_ >= 0 ? ctx.inputs[residual_index_].data<float>() + r0 * n_ : nullptr;
+    ApplyPostOpsInOrder(post_ops_, residual, y + r0 * n_, (r1 - r0) * n_);
+  }
+
+  ir::Node node_;
+  std::vector<PostOp> post_ops_;
+  int64_t k_ = 0, n_ = 0, rows_ = 0;
+  int bias_index_ = -1, residual_index_ = -1;
+};
+
+class DynamicQuantMatMulKernel : public CompressedMatMulBase {
+ public:
+  explicit DynamicQuantMatMulKernel(const ir::Node& node) : CompressedMatMulBase(node) {}
+
+  absl::Status Prepare(PrepareContext& ctx) override {
+    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
+  }
+  absl::Status Compute(ComputeContext& ctx) const override {
+    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
+  }
+
+ private:
+  absl::Status PrepareImpl(PrepareContext& ctx) {
+    KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kInt8, 4));
+    for (int i : {2, 3}) {
+      const DType want = i == 2 ? DType::kFloat32 : DType::kInt32;
+      if (!ctx.inputs[i].present() || ctx.inputs[i].dtype != want ||
+          ctx.inputs[i].shape.num_elements() != n_) {
+        return Error(i == 2 ? "w_scale must be float [" : "w_colsum must be int32 [", n_, "]");
+      }
+    }
+    packed_w_.reset();
+    ctx.scratch_bytes = 0;
+    if (rows_ == 0 || n_ == 0) return absl::OkStatus();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    src_desc_ = memory::desc({rows_, k_}, memory::data_type::u8, memory::format_tag::ab);
+    user_w_desc_ = memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::ab);
+    acc_desc_ = memory::desc({rows_, n_}, memory::data_type::s32, memory::format_tag::ab);
+    const bool w_constant = ctx.inputs[1].constant != nullptr;
+    const memory::desc w_any =
+        w_constant ? memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::any)
+                   : user_w_desc_;
+    dnnl::matmul::desc d(src_desc_, w_any, acc_desc_);
+    dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
+    w_desc_ = pd.weights_desc();
+    if (w_constant && w_desc_ != user_w_desc_) {
+      KILN_ASSIGN_OR_RETURN(
+          packed_w_, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_, user_w_desc_,
+                                  ctx.inputs[1].constant->raw_data(), w_desc_));
+    } else {
+      w_desc_ = user_w_desc_;
+    }
+    primitive_ = dnnl::matmul(pd);
+    scratch_desc_ = pd.scratchpad_desc();
+    // Scratch: oneDNN's | A as u8 | int32 products | per row: scale, zero point, non-finite.
+    dnnl_scratch_bytes_ = Align64(scratch_desc_.get_size());
+    src_offset_ = dnnl_scratch_bytes_;
+    acc_offset_ = src_offset_ + Align64(rows_ * k_);
+    scale_offset_ = acc_offset_ + Align64(rows_ * n_ * sizeof(int32_t));
+    zero_offset_ = scale_offset_ + Align64(rows_ * sizeof(float));
+    bad_offset_ = zero_offset_ + Align64(rows_ * sizeof(int32_t));
+    ctx.scratch_bytes = bad_offset_ + Align64(rows_);
+    macs_ = rows_ * k_ * n_;
+    return absl::OkStatus();
+  }
+
+  // Row r of A into u8 with its own scale and zero point; marks rows holding NaN or Inf.
+  void QuantizeRow(const float* a, uint8_t* q, float* scale, int32_t* zero, uint8_t* bad) const {
+    float lo = 0.0f, hi = 0.0f, poison = 0.0f;
+    for (int64_t i = 0; i < k_; ++i) {
+      lo = std::min(lo, a[i]);
+      hi = std::max(hi, a[i]);
+      poison += a[i] * 0.0f;  // NaN exactly when some a[i] is NaN or +-Inf
+    }
+    *bad = poison != 0.0f || std::isnan(poison);
+    if (*bad) {
+      *scale = 0;
+      *zero = 0;
+      std::memset(q, 0, static_cast<size_t>(k_));
+      return;
+    }
+    const float s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+    const float inv = 1.0f / s;
+    // lo <= 0 <= hi, so 0 is a code: zero = round(-lo / s) in [0, 255].
+    const int32_t z = std::clamp(static_cast<int32_t>(-lo * inv + 0.5f), 0, 255);
+    const float zf = static_cast<float>(z) + 0.5f;
+    for (int64_t i = 0; i < k_; ++i) {
+      // a * inv + z lies in [-0.5, 255.5] up to rounding: + 0.5 and truncation rounds it.
+      const float v = std::clamp(a[i] * inv + zf, 0.0f, 255.0f);
+      q[i] = static_cast<uint8_t>(v);
+    }
+    *scale = s;
+    *zero = z;
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const {
+    Tensor& y = ctx.outputs[0];
+    if (y.num_elements() == 0) return absl::OkStatus();
+    float* yv = y.data<float>();
+    if (k_ == 0) {  // an empty sum: bias and post-ops of zeros
+      std::fill(yv, yv + y.num_elements(), 0.0f);
+      FinishRows(ctx, yv, 0, rows_);
+      return absl::OkStatus();
+    }
+    char* scratch = static_cast<char*>(ctx.scratch);
+    uint8_t* src = reinterpret_cast<uint8_t*>(scratch + src_offset_);
+    int32_t* acc = reinterpret_cast<int32_t*>(scratch + acc_offset_);
+    float* a_scale = reinterpret_cast<float*>(scratch + scale_offset_);
+    int32_t* a_zero = reinterpret_cast<int32_t*>(scratch + zero_offset_);
+    uint8_t* bad = reinterpret_cast<uint8_t*>(scratch + bad_offset_);
+    const float* a = ctx.inputs[0].data<float>();
+    const int64_t row_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(k_, 1));
+    ctx.ParallelFor(rows_, row_chunk, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        QuantizeRow(a + r * k_, src + r * k_, &a_scale[r], &a_zero[r], &bad[r]);
+      }
+    });
+    {
+      ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
+      auto& stream = ThreadStream();
+      const RawMemory src_mem(src_desc_, src);
+      const RawMemory w_mem =
+          packed_w_ ? RawMemory() : RawMemory(w_desc_, ctx.inputs[1].raw_data());
+      const RawMemory acc_mem(acc_desc_, acc);
+      const RawMemory scratch_mem(scratch_desc_, scratch);
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, src_mem.get()},
+                        {DNNL_ARG_WEIGHTS, packed_w_ ? packed_w_->get() : w_mem.get()},
+                        {DNNL_ARG_DST, acc_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+      stream.wait();
+    }
+    const float* w_scale = ctx.inputs[2].data<float>();
+    const int32_t* colsum = ctx.inputs[3].data<int32_t>();
+    const int8_t* wq = ctx.inputs[1].data<int8_t>();
+    const int64_t out_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_, 1));
+    ctx.ParallelFor(rows_, out_chunk, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* row = yv + r * n_;
+        if (bad[r]) {
+          // NaN/Inf in this row: float products on the dequantized weights, as fp32 would.
+          const float* ar = a + r * k_;
+          std::fill(row, row + n_, 0.0f);
+          for (int64_t i = 0; i < k_; ++i) {
+            const int8_t* wr = wq + i * n_;
+            for (int64_t j = 0; j < n_; ++j) row[j] += ar[i] * (wr[j] * w_scale[j]);
+          }
+          continue;
+        }
+        const int32_t* accr = acc + r * n_;
+        const float s = a_scale[r];
+        const int32_t z = a_zero[r];
+        for (int64_t j = 0; j < n_; ++j) {
+          row[j] = static_cast<float>(accr[j] - z * colsum[j]) * (s * w_scale[j]);
+        }
+      }
+      FinishRows(ctx, yv, r0, r1);
+    });
+    return absl::OkStatus();
+  }
+
+  memory::desc src_desc_, user_w_desc_, w_desc_, acc_desc_, scratch_desc_;
+  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  dnnl::matmul primitive_;
+  size_t dnnl_scratch_bytes_ = 0, src_offset_ = 0, acc_offset_ = 0, scale_offset_ = 0,
+         zero_offset_ = 0, bad_offset_ = 0;
+  int64_t macs_ = 0;
+};
+
+class Bf16MatMulKernel : public CompressedMatMulBase {
+ public:
+  explicit Bf16MatMulKernel(const ir::Node& node) : CompressedMatMulBase(node) {}
+
+  absl::Status Prepare(PrepareContext& ctx) override {
+    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
+  }
+  absl::Status Compute(ComputeContext& ctx) const override {
+    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
+  }
+
+ private:
+  // Products of at most this many rows widen the weights as they read them (bytes-bound).
+  static constexpr int64_t kStreamingRows = 8;
+  enum class Path { kNone, kDnnlBf16, kStreaming, kWidenedF32 };
+
+  absl::Status PrepareImpl(PrepareContext& ctx) {
+    KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kBFloat16, 2));
+    packed_w_.reset();
+    ctx.scratch_bytes = 0;
+    path_ = Path::kNone;
+    if (rows_ == 0 || n_ == 0 || k_ == 0) return absl::OkStatus();
+    macs_ = rows_ * k_ * n_;
+    const bool w_constant = ctx.inputs[1].constant != nullptr;
+    const ir::Node& cache_node = ctx.node ? *ctx.node : node_;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dst_desc_ = memory::desc({rows_, n_}, memory::data_type::f32, memory::format_tag::ab);
+    if (CpuHasBf16MatMul()) {
+      path_ = Path::kDnnlBf16;
+      src_desc_ = memory::desc({rows_, k_}, memory::data_type::bf16, memory::format_tag::ab);
+      user_w_desc_ = memory::desc({k_, n_}, memory::data_type::bf16, memory::format_tag::ab);
+    } else if (rows_ <= kStreamingRows || !w_constant) {
+      path_ = Path::kStreaming;
+      return absl::OkStatus();
+    } else {
+      path_ = Path::kWidenedF32;
+      src_desc_ = memory::desc({rows_, k_}, memory::data_type::f32, memory::format_tag::ab);
+      user_w_desc_ = memory::desc({k_, n_}, memory::data_type::f32, memory::format_tag::ab);
+    }
+    const memory::desc w_any =
+        w_constant ? memory::desc({k_, n_}, user_w_desc_.data_type(), memory::format_tag::any)
+                   : user_w_desc_;
+    dnnl::matmul::desc d(src_desc_, w_any, dst_desc_);
+    dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
+    w_desc_ = pd.weights_desc();
+    if (path_ == Path::kWidenedF32) {
+      // The fp32 copy exists only in packed form; the widened plain rows are temporary.
+      std::vector<float> widened(static_cast<size_t>(k_ * n_));
+      const uint16_t* wb = static_cast<const uint16_t*>(ctx.inputs[1].constant->raw_data());
+      for (size_t i = 0; i < widened.size(); ++i) widened[i] = BFloat16ToFloat(wb[i]);
+      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc_,
+                                                    widened.data(), w_desc_));
+    } else if (w_constant && w_desc_ != user_w_desc_) {
+      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc_,
+                                                    ctx.inputs[1].constant->raw_data(), w_desc_));
+    } else {
+      w_desc_ = user_w_desc_;
+    }
+    primitive_ = dnnl::matmul(pd);
+    scratch_desc_ = pd.scratchpad_desc();
+    src_offset_ = Align64(scratch_desc_.get_size());
+    ctx.scratch_bytes =
+        src_offset_ + (path_ == Path::kDnnlBf16 ? Align64(rows_ * k_ * sizeof(uint16_t)) : 0);
+    return absl::OkStatus();
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const {
+    Tensor& y = ctx.outputs[0];
+    if (y.num_elements() == 0) return absl::OkStatus();
+    float* yv = y.data<float>();
+    const float* a = ctx.inputs[0].data<float>();
+    const uint16_t* wb = static_cast<const uint16_t*>(ctx.inputs[1].raw_data());
+    if (path_ == Path::kNone) {  // K == 0: an empty sum
+      std::fill(yv, yv + y.num_elements(), 0.0f);
+      FinishRows(ctx, yv, 0, rows_);
+      return absl::OkStatus();
+    }
+    if (path_ == Path::kStreaming) {
+      // Each thread owns a block of columns and walks K once, widening each bf16 weight
+      // (its bits shifted up) as it is read.
+      const int64_t col_chunk = std::max<int64_t>(64, 65536 / std::max<int64_t>(k_, 1));
+      ctx.ParallelFor(n_, col_chunk, [&](int64_t c0, int64_t c1) {
+        for (int64_t r = 0; r < rows_; ++r) {
+          float* row = yv + r * n_;
+          std::fill(row + c0, row + c1, 0.0f);
+          const float* ar = a + r * k_;
+          for (int64_t i = 0; i < k_; ++i) {
+            const float av = ar[i];
+            const uint16_t* wr = wb + i * n_;
+            for (int64_t j = c0; j < c1; ++j) {
+              const uint32_t bits = static_cast<uint32_t>(wr[j]) << 16;
+              float w;
+              std::memcpy(&w, &bits, sizeof(w));
+              row[j] += av * w;
+            }
+          }
+        }
+      });
+      FinishRows(ctx, yv, 0, rows_);
+      return absl::OkStatus();
+    }
+    char* scratch = static_cast<char*>(ctx.scratch);
+    const void* src = a;
+    if (path_ == Path::kDnnlBf16) {
+      uint16_t* a16 = reinterpret_cast<uint16_t*>(scratch + src_offset_);
+      ctx.ParallelFor(rows_ * k_, 16384, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) a16[i] = FloatToBFloat16(a[i]);
+      });
+      src = a16;
+    }
+    {
+      ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
+      auto& stream = ThreadStream();
+      const RawMemory src_mem(src_desc_, src);
+      const RawMemory w_mem = packed_w_ ? RawMemory() : RawMemory(w_desc_, wb);
+      const RawMemory dst_mem(dst_desc_, yv);
+      const RawMemory scratch_mem(scratch_desc_, scratch);
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, src_mem.get()},
+                        {DNNL_ARG_WEIGHTS, packed_w_ ? packed_w_->get() : w_mem.get()},
+                        {DNNL_ARG_DST, dst_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+      stream.wait();
+    }
+    const int64_t chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_, 1));
+    ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
+    return absl::OkStatus();
+  }
+
+  Path path_ = Path::kNone;
+  memory::desc src_desc_, user_w_desc_, w_desc_, dst_desc_, scratch_desc_;
+  std::shared_ptr<const dnnl::memory> packed_w_;
+  dnnl::matmul primitive_;
+  size_t src_offset_ = 0;
+  int64_t macs_ = 0;
+};
+
+KILN_REGISTER_KERNEL_CLASS("kiln", kDynamicQuantMatMulOp, DynamicQuantMatMulKernel);
+KILN_REGISTER_KERNEL_CLASS("kiln", kBf16MatMulOp, Bf16MatMulKernel);
+
+}  // namespace
+
+KILN_KERNEL_FILE(nn_int8_matmul);
+
+}  // namespace nn
+}  // namespace kiln::kernels
