@@ -132,7 +132,10 @@ class StatusPageTest(unittest.TestCase):
         cls.proc = subprocess.Popen(
             [KILN, "serve", f"--port={dt.free_port()}", f"--rest_api_port={cls.port}",
              f"--model_config_file={config}", "--enable_batching",
-             "--file_system_poll_wait_seconds=1"], stdout=cls.log, stderr=subprocess.STDOUT)
+             # Version 2 of 'second' is broken on purpose: fail at the first attempt instead
+             # of TF Serving's default 5 retries a minute apart.
+             "--file_system_poll_wait_seconds=1", "--max_num_load_retries=0"],
+            stdout=cls.log, stderr=subprocess.STDOUT)
         if not dt.wait_ready(cls.port, cls.proc):
             dt.stop(cls.proc)
             cls.log.seek(0)
