@@ -14,6 +14,8 @@ BUILD_PACKAGES=(
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev libboost-dev libsimdjson-dev
   libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  # TLS: --ssl_config_file's PEM checks and HTTPS on the REST port (gRPC has its own TLS)
+  libssl-dev
   # CMakeLists.txt finds GoogleTest even when the tests are not built
   libgtest-dev libgmock-dev
 )

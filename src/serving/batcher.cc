@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
+#include "kiln/serving/deadline.h"
 
 namespace kiln::serving {
 
@@ -14,6 +15,8 @@ struct Batcher::Task {
   TensorMap inputs;
   int64_t rows = 0;
   int64_t enqueue_ns = 0;
+  // The request's deadline (deadline.h; 0: none): past it the task is dropped, not run.
+  int64_t deadline_ns = 0;
   std::promise<absl::StatusOr<TensorMap>> result;
 };
 
@@ -227,6 +230,7 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
   const int64_t limit = options_.ExecutionBatchLimit();
   const std::string key = ShapeKey(inputs, options_.pad_variable_length_inputs);
   const int64_t enqueue_ns = NowNanos();
+  const int64_t deadline_ns = CurrentRequestDeadlineNs();
   std::vector<std::shared_ptr<Task>> parts;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -267,6 +271,7 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
       auto task = std::make_shared<Task>();
       task->rows = size;
       task->enqueue_ns = enqueue_ns;
+      task->deadline_ns = deadline_ns;
       if (sizes.size() == 1) {
         task->inputs = std::move(inputs);
       } else {
@@ -290,13 +295,24 @@ absl::StatusOr<Batcher::TensorMap> Batcher::Run(TensorMap inputs) {
     }
   }
   cv_.notify_all();
-  if (parts.size() == 1) return parts[0]->result.get_future().get();
+  // The caller stops waiting at its deadline (Process then skips its queued parts).
+  auto await = [deadline_ns](Task& part) -> absl::StatusOr<TensorMap> {
+    auto future = part.result.get_future();
+    if (deadline_ns > 0 && future.wait_for(std::chrono::nanoseconds(std::max<int64_t>(
+                               0, deadline_ns - NowNanos()))) == std::future_status::timeout) {
+      return absl::DeadlineExceededError(
+          "the request's deadline passed while it waited in the batch queue");
+    }
+    return future.get();
+  };
+  if (parts.size() == 1) return await(*parts[0]);
 
   // A split request: every part's outputs, concatenated in row order.
   std::vector<TensorMap> outputs;
   absl::Status failed;
   for (auto& part : parts) {
-    auto result = part->result.get_future().get();
+    auto result = await(*part);
+    if (absl::IsDeadlineExceeded(result.status())) return result.status();
     if (!result.ok() && failed.ok()) failed = result.status();
     if (result.ok()) outputs.push_back(*std::move(result));
   }
@@ -363,6 +379,16 @@ void Batcher::WorkerLoop() {
 
 void Batcher::Process(Batch batch) {
   const int64_t start_ns = NowNanos();
+  // Tasks whose deadline passed in the queue are not run: their callers answered
+  // DEADLINE_EXCEEDED already, and running them would only delay the batches behind.
+  std::erase_if(batch.tasks, [&](const std::shared_ptr<Task>& task) {
+    if (task->deadline_ns == 0 || task->deadline_ns > start_ns) return false;
+    batch.rows -= task->rows;
+    task->result.set_value(absl::DeadlineExceededError(
+        "the request's deadline passed while it waited in the batch queue"));
+    return true;
+  });
+  if (batch.tasks.empty()) return;
   const int64_t padded = PaddedBatchSize(options_, batch.rows);
   if (metrics_ != nullptr) {
     metrics_->batch_size.Observe({name_}, static_cast<double>(batch.rows));

@@ -174,6 +174,10 @@ std::vector<FlagSpec> FlagTable(ServeFlags* f) {
        "request values); a request beyond it gets RESOURCE_EXHAUSTED / 429 (0: half of RAM)"},
       {"rest_api_address", &f->rest_api_address, "Kiln: address the REST API listens on"},
       {"grpc_address", &f->grpc_address, "Kiln: address the gRPC API listens on"},
+      {"rest_api_ssl", &f->rest_api_ssl,
+       "Kiln: serve the REST API over HTTPS with --ssl_config_file's key and certificate"},
+      {"request_log_max_file_bytes", &f->request_log_max_file_bytes,
+       "Kiln: request log files (a model's logging_config) are rotated at this size"},
   };
 }
 

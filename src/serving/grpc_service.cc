@@ -3,7 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
+#include "kiln/serving/deadline.h"
 #include "kiln/serving/inference.h"
+#include "kiln/serving/request_logger.h"
 #include "kiln/serving/tensor_proto.h"
 #include "tensorflow_serving/apis/signature_def_map_wire.pb.h"
 
@@ -61,6 +63,19 @@ void Resolve(const ServableVersion& servable, const std::string& name, Resolved*
   out->signature = (*found)->key;
 }
 
+// logging_config: a sampled share of the model's successful requests, with the spec they were
+// answered with (the version and signature they resolved to).
+template <typename Fill>
+void LogRequest(RequestLoggers* loggers, const std::string& model, const ModelSpec& spec,
+                Fill&& fill) {
+  if (loggers == nullptr) return;
+  std::shared_ptr<RequestLogger> logger = loggers->SampledLogger(model);
+  if (logger == nullptr) return;
+  PredictionLog log;
+  fill(&log);
+  logger->Log(std::move(log), spec);
+}
+
 void FillSpec(const ServableVersion& servable, const std::string& signature, ModelSpec* spec) {
   spec->set_name(servable.name());
   spec->mutable_version()->set_value(servable.version());
@@ -81,9 +96,12 @@ void PredictionServiceImpl::Record(const std::string& model, const char* api,
   }
 }
 
-grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictRequest* request,
+grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext* context,
+                                            const PredictRequest* request,
                                             PredictResponse* response) {
   RpcCounter::Scope rpc(counter_);
+  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
+  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -98,6 +116,7 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
     KILN_ASSIGN_OR_RETURN(
         PredictResult result,
         RunPredict(*servable, request->model_spec().signature_name(), std::move(inputs), filter));
+    const bool as_content = core_->options().enable_serialization_as_tensor_content;
     for (const std::string& key : result.output_order) {
       tensorflow::TensorProto& out = (*response->mutable_outputs())[key];
       if (as_content) {
@@ -111,16 +130,24 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext*, const PredictR
   });
   Record(request->model_spec().name(), "predict", status, start_ns, resolved.version,
          resolved.signature);
+  if (status.ok()) {
+    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
+               [&](PredictionLog* log) {
+                 *log->mutable_predict_log()->mutable_request() = *request;
+                 *log->mutable_predict_log()->mutable_response() = *response;
+               });
+  }
   return ToGrpcStatus(status);
 }
 
-grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
+grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext* context,
                                              const ClassificationRequest* request,
                                              ClassificationResponse* response) {
   RpcCounter::Scope rpc(counter_);
+  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
+  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
-    const bool as_content = core_->options().enable_serialization_as_tensor_content;
   const absl::Status status = Guarded([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
     Resolve(*servable, request->model_spec().signature_name(), &resolved);
@@ -133,12 +160,22 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext*,
   });
   Record(request->model_spec().name(), "classify", status, start_ns, resolved.version,
          resolved.signature);
+  if (status.ok()) {
+    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
+               [&](PredictionLog* log) {
+                 *log->mutable_classify_log()->mutable_request() = *request;
+                 *log->mutable_classify_log()->mutable_response() = *response;
+               });
+  }
   return ToGrpcStatus(status);
 }
 
-grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const RegressionRequest* request,
+grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext* context,
+                                            const RegressionRequest* request,
                                             RegressionResponse* response) {
   RpcCounter::Scope rpc(counter_);
+  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
+  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -153,13 +190,22 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext*, const Regressi
   });
   Record(request->model_spec().name(), "regress", status, start_ns, resolved.version,
          resolved.signature);
+  if (status.ok()) {
+    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
+               [&](PredictionLog* log) {
+                 *log->mutable_regress_log()->mutable_request() = *request;
+                 *log->mutable_regress_log()->mutable_response() = *response;
+               });
+  }
   return ToGrpcStatus(status);
 }
 
-grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
+grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext* context,
                                                    const MultiInferenceRequest* request,
                                                    MultiInferenceResponse* response) {
   RpcCounter::Scope rpc(counter_);
+  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
+  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   std::string model;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -170,6 +216,12 @@ grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext*,
     return absl::OkStatus();
   });
   Record(model, "multi_inference", status, start_ns);
+  if (status.ok()) {
+    LogRequest(loggers_, model, request->tasks(0).model_spec(), [&](PredictionLog* log) {
+      *log->mutable_multi_inference_log()->mutable_request() = *request;
+      *log->mutable_multi_inference_log()->mutable_response() = *response;
+    });
+  }
   return ToGrpcStatus(status);
 }
 

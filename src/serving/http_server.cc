@@ -1,15 +1,18 @@
 #include "kiln/serving/http_server.h"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
 #include <sys/socket.h>
 
 #include <zlib.h>
 
 #include <chrono>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -111,6 +114,7 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
   net::io_context ioc;
+  std::unique_ptr<net::ssl::context> tls;  // set: HTTPS (options.tls)
   std::unique_ptr<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::atomic<int> in_flight{0};
@@ -121,19 +125,50 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection. `Stream`: beast::tcp_stream (HTTP) or beast::ssl_stream over it (HTTPS);
+// everything but the handshake and the close is the same for both.
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
+
  public:
   Session(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {}
+      : stream_(MakeStream(std::move(socket), server)), server_(server) {}
 
-  void Start() { Read(); }
+  void Start() {
+    if constexpr (kTls) {
+      // A client that does not speak TLS (plain HTTP on this port) fails here and only its
+      // connection is closed; the handshake has the same timeout as a read.
+      Lowest().expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+      stream_.async_handshake(net::ssl::stream_base::server,
+                              [self = shared_from_this()](beast::error_code error) {
+                                if (error) {
+                                  self->Lowest().close();
+                                  return;
+                                }
+                                self->Read();
+                              });
+    } else {
+      Read();
+    }
+  }
 
  private:
+  static Stream MakeStream(tcp::socket socket, HttpServer::Impl* server) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *server->tls);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
   void Read() {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
-    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    Lowest().expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }
@@ -141,7 +176,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRead(beast::error_code error, size_t) {
     if (error == http::error::end_of_stream || error == net::error::operation_aborted ||
         error == beast::error::timeout || error == net::error::connection_reset ||
-        error == net::error::eof) {
+        error == net::error::eof || error == net::ssl::error::stream_truncated) {
       Close();
       return;
     }
@@ -164,6 +199,9 @@ class Session : public std::enable_shared_from_this<Session> {
     request.method = std::string(message.method_string());
     request.target = std::string(message.target());
     request.body = std::move(message.body());
+    for (const auto& field : message) {
+      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
     const bool keep_alive = message.keep_alive() && !server_->stopping.load();
     // TF Serving decompresses gzip request bodies; the limit applies to the decompressed size.
     const auto encoding_header = message[http::field::content_encoding];
@@ -199,19 +237,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void Send(HttpResponse response, bool keep_alive, unsigned version, bool counted = false) {
     auto message = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(response.status), version);
-    for (const auto& field : message) {
-      request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
     message->set(http::field::server, "kiln");
     message->set(http::field::content_type, response.content_type);
     if (response.gzip) {
       message->set(http::field::content_encoding, "gzip");
       message->set(http::field::vary, "Accept-Encoding");
     }
+    for (const auto& [name, value] : response.headers) message->set(name, value);
     message->body() = std::move(response.body);
     message->keep_alive(keep_alive);
     message->prepare_payload();
-    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    Lowest().expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
     auto self = shared_from_this();
     http::async_write(stream_, *message,
                       [self, message, keep_alive, counted](beast::error_code error, size_t) {
@@ -233,7 +269,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Drain() {
-    stream_.expires_after(std::chrono::seconds(2));
+    Lowest().expires_after(std::chrono::seconds(2));
     drain_buffer_.resize(64 * 1024);
     stream_.async_read_some(net::buffer(drain_buffer_),
                             [self = shared_from_this()](beast::error_code error, size_t) {
@@ -242,12 +278,21 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Close() {
-    beast::error_code ignored;
-    for (const auto& [name, value] : response.headers) message->set(name, value);
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if constexpr (kTls) {
+      // TLS's close_notify first, so that the client sees a clean end rather than a
+      // truncation; the TCP half-close follows once it is sent (or failed).
+      Lowest().expires_after(std::chrono::seconds(2));
+      stream_.async_shutdown([self = shared_from_this()](beast::error_code) {
+        beast::error_code ignored;
+        self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      });
+    } else {
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   HttpServer::Impl* server_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -262,7 +307,12 @@ void HttpServer::Impl::Accept() {
       if (stopping.load()) return;
     } else {
       socket.set_option(tcp::no_delay(true), error);
-      std::make_shared<Session>(std::move(socket), this)->Start();
+      if (tls != nullptr) {
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), this)
+            ->Start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this)->Start();
+      }
     }
     if (!stopping.load()) Accept();
   });
@@ -276,6 +326,34 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   impl.options = options;
   impl.handler = std::move(handler);
   beast::error_code error;
+  if (options.tls.has_value()) {
+    impl.tls = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    impl.tls->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                          net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                          net::ssl::context::no_tlsv1_1);
+    const HttpServerOptions::Tls& tls = *options.tls;
+    impl.tls->use_certificate_chain(net::buffer(tls.cert_pem), error);
+    if (error) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("REST TLS: bad server certificate: ", error.message()));
+    }
+    impl.tls->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, error);
+    if (error) {
+      return absl::InvalidArgumentError(absl::StrCat("REST TLS: bad server key: ", error.message()));
+    }
+    if (tls.verify_client) {
+      impl.tls->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+      if (!tls.client_ca_pem.empty()) {
+        impl.tls->add_certificate_authority(net::buffer(tls.client_ca_pem), error);
+      } else {
+        impl.tls->set_default_verify_paths(error);
+      }
+      if (error) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("REST TLS: bad client CA: ", error.message()));
+      }
+    }
+  }
   auto address = net::ip::make_address(options.address, error);
   if (error) {
     return absl::InvalidArgumentError(absl::StrCat("bad REST address ", options.address));

@@ -155,10 +155,13 @@ ServingMetrics::ServingMetrics()
           "Distribution of wall time (in microseconds) for requests, per model version and "
           "signature.",
           {"model_name", "version", "signature", "API", "entrypoint"},
-          ExponentialBuckets(10, 1.8, 33)) {
-  all_ = {&request_count,   &request_latency,          &runtime_latency, &load_attempt_count,
-          &load_latency,    &model_warmup_latency,     &batch_size,      &padding_size,
-          &queuing_latency, &signature_request_latency};
+          ExponentialBuckets(10, 1.8, 33)),
+      request_log_records(":kiln:serving:request_log_records",
+                          "Request log records (logging_config), by outcome: written or dropped.",
+                          {"model_name", "outcome"}) {
+  all_ = {&request_count,   &request_latency,           &runtime_latency,    &load_attempt_count,
+          &load_latency,    &model_warmup_latency,      &batch_size,         &padding_size,
+          &queuing_latency, &signature_request_latency, &request_log_records};
 }
 
 std::string ServingMetrics::ToPrometheusText() const {

@@ -48,6 +48,10 @@ HttpResponse ErrorResponse(const absl::Status& status) {
 
 namespace {
 
+// KServe's binary tensor extension: the size of the JSON part of a body that continues with
+// tensor bytes (requests and replies).
+constexpr char kInferenceHeaderContentLength[] = "Inference-Header-Content-Length";
+
 HttpResponse JsonResponse(std::string body) {
   HttpResponse response;
   response.body = std::move(body);
@@ -520,7 +524,21 @@ HttpResponse RestHandler::HandleV2(const HttpRequest& request, absl::string_view
     return JsonResponse(std::move(out));
   }
   const int64_t start_ns = NowNanos();
-  auto parsed = ParseV2InferRequest(request.body, **signature);
+  // The binary tensor extension: Inference-Header-Content-Length is the JSON header's size,
+  // the tensors' bytes follow it.
+  absl::string_view json = request.body, binary;
+  if (absl::string_view header = FindHeader(request, kInferenceHeaderContentLength);
+      !header.empty()) {
+    size_t length;
+    if (!absl::SimpleAtoi(header, &length) || length > request.body.size()) {
+      return ErrorResponse(absl::InvalidArgumentError(
+          absl::StrCat(kInferenceHeaderContentLength, " \"", header, "\" is not a size within the ",
+                       request.body.size(), "-byte body")));
+    }
+    binary = json.substr(length);
+    json = json.substr(0, length);
+  }
+  auto parsed = ParseV2InferRequest(json, **signature, binary);
   if (!parsed.ok()) return ErrorResponse(parsed.status());
   auto result = RunPredict(**servable, kDefaultSignature, std::move(parsed->inputs),
                            parsed->requested_outputs);
@@ -541,6 +559,8 @@ HttpResponse RestHandler::HandleV2(const HttpRequest& request, absl::string_view
     AppendJsonString(parsed->id, &out);
   }
   out.append(", \"outputs\": [");
+  std::string binary_out;
+  bool any_binary = false;
   for (size_t i = 0; i < result->output_order.size(); ++i) {
     const std::string& key = result->output_order[i];
     const Tensor& tensor = result->outputs.at(key);
@@ -549,13 +569,26 @@ HttpResponse RestHandler::HandleV2(const HttpRequest& request, absl::string_view
     AppendJsonString(key, &out);
     absl::StrAppend(&out, ", \"datatype\": \"", V2DatatypeName(tensor.dtype()), "\", \"shape\": [");
     for (int d = 0; d < tensor.rank(); ++d) absl::StrAppend(&out, d ? ", " : "", tensor.dim(d));
+    if (parsed->OutputIsBinary(key)) {
+      const std::string bytes = TensorToRawBytes(tensor);
+      absl::StrAppend(&out, "], \"parameters\": {\"binary_data_size\": ", bytes.size(), "}}");
+      binary_out.append(bytes);
+      any_binary = true;
+      continue;
+    }
     out.append("], \"data\": ");
     auto flat = tensor.Reshape(Shape{tensor.num_elements()});
     AppendTensorJson(flat.ok() ? *flat : tensor, false, &out);
     out.push_back('}');
   }
   out.append("]}");
-  return JsonResponse(std::move(out));
+  if (!any_binary) return JsonResponse(std::move(out));
+  HttpResponse response;
+  response.content_type = "application/octet-stream";
+  response.headers.emplace_back(kInferenceHeaderContentLength, std::to_string(out.size()));
+  response.body = std::move(out);
+  response.body.append(binary_out);
+  return response;
 }
 
 }  // namespace kiln::serving

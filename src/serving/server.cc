@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <variant>
@@ -21,11 +23,16 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "kiln/serving/deadline.h"
 #include "kiln/serving/grpc_service.h"
+#include "kiln/serving/health_service.h"
 #include "kiln/serving/http_server.h"
+#include "kiln/serving/kserve_grpc.h"
+#include "kiln/serving/request_logger.h"
 #include "kiln/serving/rest_handler.h"
 #include "kiln/serving/server_core.h"
 #include "kiln/serving/status_page.h"
+#include "kiln/serving/tls.h"
 #include "tensorflow_serving/config/monitoring_config.pb.h"
 
 namespace kiln::serving {
@@ -97,6 +104,17 @@ int RunServer(const ServeFlags& flags) {
     config = SingleModelConfig(flags.model_name, flags.model_base_path);
   }
 
+  // Checked before any model loads: a bad key or certificate stops the server at once.
+  std::optional<tensorflow::serving::SSLConfig> ssl_config;
+  if (!flags.ssl_config_file.empty()) {
+    auto parsed = ReadSslConfig(flags.ssl_config_file);
+    if (!parsed.ok()) return Fail(parsed.status());
+    ssl_config = *std::move(parsed);
+  } else if (flags.rest_api_ssl) {
+    return Fail(absl::InvalidArgumentError(
+        "--rest_api_ssl needs --ssl_config_file (the key and certificate to serve)"));
+  }
+
   ServingMetrics metrics;
   ServerCoreOptions options;
   options.metrics = &metrics;
@@ -162,23 +180,49 @@ int RunServer(const ServeFlags& flags) {
     }
   }
 
+  // logging_config: checked before the models load, like the other config errors.
+  RequestLogOptions log_options;
+  log_options.max_file_bytes = flags.request_log_max_file_bytes;
+  log_options.saved_model_tags = absl::StrSplit(flags.saved_model_tags, ',', absl::SkipEmpty());
+  RequestLoggers request_loggers(log_options, &metrics);
+  if (absl::Status logging = request_loggers.Configure(config); !logging.ok()) {
+    return Fail(logging);
+  }
+
   auto core_or = ServerCore::Create(options, config);
   if (!core_or.ok()) return Fail(core_or.status());
   std::unique_ptr<ServerCore> core = std::move(*core_or);
 
+  // Set at SIGTERM/SIGINT: from then on readiness is false (see kShutdownGraceSeconds).
+  std::atomic<bool> draining{false};
   RpcCounter rpc_counter;
   PredictionServiceImpl prediction_service(core.get(), &metrics, &rpc_counter);
+  prediction_service.set_request_loggers(&request_loggers);
   ModelServiceImpl model_service(core.get(), &rpc_counter);
+  KServeGrpcService kserve_service(core.get(), &metrics, &rpc_counter, &draining);
+  std::unique_ptr<HealthServiceImpl> health_service;
+  if (flags.enable_grpc_healthcheck_service) {
+    health_service = std::make_unique<HealthServiceImpl>(
+        core.get(), &draining,
+        std::set<std::string>{"tensorflow.serving.PredictionService",
+                              "tensorflow.serving.ModelService", "inference.GRPCInferenceService",
+                              "grpc.health.v1.Health"});
+  }
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(absl::StrCat(flags.grpc_address, ":", flags.port),
-                           grpc::InsecureServerCredentials(), &grpc_port);
+  // As TF Serving: --ssl_config_file secures both the port and --grpc_socket_path.
+  const std::shared_ptr<grpc::ServerCredentials> credentials =
+      ssl_config.has_value() ? GrpcServerCredentials(*ssl_config)
+                             : grpc::InsecureServerCredentials();
+  builder.AddListeningPort(absl::StrCat(flags.grpc_address, ":", flags.port), credentials,
+                           &grpc_port);
   if (!flags.grpc_socket_path.empty()) {
-    builder.AddListeningPort(absl::StrCat("unix:", flags.grpc_socket_path),
-                             grpc::InsecureServerCredentials());
+    builder.AddListeningPort(absl::StrCat("unix:", flags.grpc_socket_path), credentials);
   }
   builder.RegisterService(&prediction_service);
   builder.RegisterService(&model_service);
+  builder.RegisterService(&kserve_service);
+  if (health_service != nullptr) builder.RegisterService(health_service.get());
   builder.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   if (flags.grpc_max_threads > 0) {
@@ -201,12 +245,10 @@ int RunServer(const ServeFlags& flags) {
     return Fail(absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", flags.grpc_address, ":", flags.port)));
   }
-  std::fprintf(stderr, "Running gRPC ModelServer at %s:%d ...\n", flags.grpc_address.c_str(),
-               grpc_port);
+  std::fprintf(stderr, "Running gRPC ModelServer at %s:%d%s ...\n", flags.grpc_address.c_str(),
+               grpc_port, ssl_config.has_value() ? " (TLS)" : "");
 
   RestHandler rest_handler(core.get(), &metrics, metrics_path, flags.rest_api_enable_cors_support);
-  // Set at SIGTERM/SIGINT: from then on readiness is false (see kShutdownGraceSeconds).
-  std::atomic<bool> draining{false};
   StatusPageOptions page_options;
   page_options.version = kServerVersion;
   page_options.flags = ServeFlagValues(flags);
@@ -223,7 +265,15 @@ int RunServer(const ServeFlags& flags) {
                                    : 4 * std::max(1u, std::thread::hardware_concurrency());
     http_options.timeout_ms = flags.rest_api_timeout_in_ms;
     http_options.max_body_bytes = static_cast<size_t>(flags.rest_api_max_body_bytes);
+    if (flags.rest_api_ssl) {  // checked above: ssl_config is set
+      http_options.tls =
+          HttpServerOptions::Tls{ssl_config->server_key(), ssl_config->server_cert(),
+                                 ssl_config->custom_ca(), ssl_config->client_verify()};
+    }
     auto started = HttpServer::Start(http_options, [&](const HttpRequest& request) {
+      // --rest_api_timeout_in_ms bounds the request, its time in a batch queue included.
+      RequestDeadlineScope deadline(
+          RequestDeadlineScope::FromTimeoutMs(flags.rest_api_timeout_in_ms));
       if (StatusPage::Serves(request)) return status_page.Handle(request);
       if (draining.load() && request.method == "GET" &&
           absl::string_view(request.target).substr(0, request.target.find('?')) ==
@@ -240,8 +290,8 @@ int RunServer(const ServeFlags& flags) {
       return Fail(started.status());
     }
     http_server = std::move(*started);
-    std::fprintf(stderr, "Exporting HTTP/REST API at:%s:%d ...\n", flags.rest_api_address.c_str(),
-                 http_server->port());
+    std::fprintf(stderr, "Exporting HTTP/REST API at:%s:%d%s ...\n", flags.rest_api_address.c_str(),
+                 http_server->port(), flags.rest_api_ssl ? " (HTTPS)" : "");
   }
 
   // --model_config_file_poll_wait_seconds: re-read the config and apply it when it changed.
@@ -261,6 +311,7 @@ int RunServer(const ServeFlags& flags) {
         last = text;
         auto parsed = ReadModelServerConfig(flags.model_config_file);
         absl::Status status = parsed.ok() ? core->ReloadConfig(*parsed) : parsed.status();
+        if (status.ok()) status = request_loggers.Configure(*parsed);
         std::fprintf(stderr, "kiln serve: model config reloaded from %s: %s\n",
                      flags.model_config_file.c_str(), status.ToString().c_str());
       }
@@ -273,6 +324,9 @@ int RunServer(const ServeFlags& flags) {
   // Readiness turns false before anything stops, so that a probe answered from here on sends
   // no more traffic here while requests in flight finish.
   draining = true;
+  // Health watchers get NOT_SERVING now and their streams end, so that shutdown does not wait
+  // for them.
+  if (health_service != nullptr) health_service->Shutdown();
   std::fprintf(stderr, "kiln serve: received signal %d, draining (up to %d s)\n", signal_number,
                kShutdownGraceSeconds);
   std::fflush(stderr);

@@ -76,6 +76,11 @@ struct ServeFlags {
   int64_t run_memory_budget_bytes = 0;  // 0: half of the machine's RAM
   std::string rest_api_address = "0.0.0.0";
   std::string grpc_address = "0.0.0.0";
+  // HTTPS on the REST port with --ssl_config_file's key and certificate (and client
+  // verification when it asks for it). TF Serving's REST port is plain HTTP.
+  bool rest_api_ssl = false;
+  // logging_config's TFRecord files are rotated when they reach this size.
+  int64_t request_log_max_file_bytes = 64ll << 20;
 
   // Arguments that name no flag (or are not flags at all). TF Serving prints "unknown
   // argument" for them and starts anyway; `kiln serve` does the same.

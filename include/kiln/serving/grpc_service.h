@@ -11,6 +11,8 @@
 
 namespace kiln::serving {
 
+class RequestLoggers;
+
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::StatusOr<ModelSpecRef> SpecFromProto(const tensorflow::serving::ModelSpec& spec);
 
@@ -60,6 +62,9 @@ class PredictionServiceImpl final : public tensorflow::serving::PredictionServic
                                 const tensorflow::serving::GetModelMetadataRequest* request,
                                 tensorflow::serving::GetModelMetadataResponse* response) override;
 
+  // Models with a logging_config log a sampled share of their requests here (null: none).
+  void set_request_loggers(RequestLoggers* loggers) { loggers_ = loggers; }
+
  private:
   // `version` and `signature`: what the request resolved to, "" when it did not get that far
   // (then only TF Serving's families count it).
@@ -68,6 +73,7 @@ class PredictionServiceImpl final : public tensorflow::serving::PredictionServic
   ServerCore* const core_;
   ServingMetrics* const metrics_;
   RpcCounter* const counter_;
+  RequestLoggers* loggers_ = nullptr;
 };
 
 class ModelServiceImpl final : public tensorflow::serving::ModelService::Service {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,16 @@ struct HttpServerOptions {
   size_t max_body_bytes = 256ull << 20;
   // Idle and read/write timeout of a connection.
   int timeout_ms = 30000;
+  // Set: HTTPS only, with this PEM key and certificate (chain). verify_client: a client must
+  // present a certificate that client_ca_pem (or, when empty, the system's roots) verifies.
+  // A client that does not complete the TLS handshake loses only its own connection.
+  struct Tls {
+    std::string key_pem;
+    std::string cert_pem;
+    std::string client_ca_pem;
+    bool verify_client = false;
+  };
+  std::optional<Tls> tls;
 };
 
 // A request body sent with Content-Encoding gzip (or deflate: zlib), decompressed. The

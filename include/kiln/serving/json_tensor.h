@@ -73,9 +73,28 @@ struct V2InferRequest {
   std::string id;
   std::map<std::string, Tensor> inputs;
   std::vector<std::string> requested_outputs;  // empty: all
+  // The binary tensor extension: outputs to send as binary data after the JSON header
+  // ("binary_data": true on the output, or "binary_data_output": true on the request).
+  bool binary_outputs_all = false;
+  std::vector<std::string> binary_outputs;
+  bool OutputIsBinary(const std::string& name) const;
 };
+// `body` is the JSON (with the binary tensor extension, the JSON header only); `binary` the
+// bytes after it, consumed in input order by the inputs that declare
+// "parameters": {"binary_data_size": n} instead of "data". Every binary byte must be used.
 absl::StatusOr<V2InferRequest> ParseV2InferRequest(absl::string_view body,
-                                                   const SignatureInfo& signature);
+                                                   const SignatureInfo& signature,
+                                                   absl::string_view binary = {});
+
+// A tensor from its raw bytes: row-major, little-endian; BYTES elements each a 4-byte
+// little-endian length then the bytes. The form shared by gRPC's raw_input_contents and
+// REST's binary tensor extension. The size must be exactly what `dtype` and `dims` need;
+// errors name the input.
+absl::StatusOr<Tensor> TensorFromRawBytes(const std::string& name, DType dtype,
+                                          const std::vector<int64_t>& dims,
+                                          absl::string_view bytes);
+// The inverse: a tensor's raw bytes.
+std::string TensorToRawBytes(const Tensor& tensor);
 // "FP32", "INT64", "BYTES", ... and back.
 absl::string_view V2DatatypeName(DType dtype);
 absl::StatusOr<DType> V2DatatypeFromName(absl::string_view name);

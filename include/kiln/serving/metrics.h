@@ -84,6 +84,10 @@ class ServingMetrics {
   // page's per-signature rows. Recorded only once the version and signature resolved (the
   // signature exists in the model), so a client cannot add series by naming signatures.
   MetricFamily signature_request_latency;
+  // Kiln's own: request log records (logging_config) per model_name and outcome ("written",
+  // "dropped_queue_full", "dropped_write_error"): a full disk drops records, never slows a
+  // request, and shows here.
+  MetricFamily request_log_records;
 
   // Prometheus text exposition (version 0.0.4) of every family.
   std::string ToPrometheusText() const;

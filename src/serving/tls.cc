@@ -1,0 +1,145 @@
+#include "kiln/serving/tls.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace kiln::serving {
+
+using tensorflow::serving::SSLConfig;
+
+namespace {
+
+// OpenSSL's error queue as one line (and emptied, so the next check starts clean).
+std::string OpenSslErrors() {
+  std::string out;
+  while (unsigned long code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof(buffer));
+    absl::StrAppend(&out, out.empty() ? "" : "; ", buffer);
+  }
+  return out.empty() ? "no PEM block found" : out;
+}
+
+struct BioDeleter {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct KeyDeleter {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+struct CertDeleter {
+  void operator()(X509* cert) const { X509_free(cert); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+
+BioPtr MemoryBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+absl::Status FieldError(const char* field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("--ssl_config_file: ", field, " ", why));
+}
+
+}  // namespace
+
+absl::Status ValidateSslConfig(const SSLConfig& config) {
+  ERR_clear_error();
+  if (config.server_key().empty()) return FieldError("server_key", "is empty");
+  if (config.server_cert().empty()) return FieldError("server_cert", "is empty");
+  BioPtr key_bio = MemoryBio(config.server_key());
+  std::unique_ptr<EVP_PKEY, KeyDeleter> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (key == nullptr) {
+    return FieldError("server_key", absl::StrCat("is not a PEM private key (an unencrypted "
+                                                 "\"-----BEGIN PRIVATE KEY-----\" block): ",
+                                                 OpenSslErrors()));
+  }
+  BioPtr cert_bio = MemoryBio(config.server_cert());
+  std::unique_ptr<X509, CertDeleter> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  if (cert == nullptr) {
+    return FieldError("server_cert", absl::StrCat("is not a PEM certificate (a \"-----BEGIN "
+                                                  "CERTIFICATE-----\" block): ",
+                                                  OpenSslErrors()));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return FieldError("server_key",
+                      "does not match server_cert (the certificate's public key is not this "
+                      "key's)");
+  }
+  if (!config.custom_ca().empty()) {
+    BioPtr ca_bio = MemoryBio(config.custom_ca());
+    int certificates = 0;
+    while (true) {
+      std::unique_ptr<X509, CertDeleter> ca(
+          PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr));
+      if (ca == nullptr) break;
+      ++certificates;
+    }
+    // The loop ends at the end of the data (PEM_R_NO_START_LINE) or at a broken block.
+    const unsigned long last = ERR_peek_last_error();
+    const bool clean_end = ERR_GET_LIB(last) == ERR_LIB_PEM &&
+                           ERR_GET_REASON(last) == PEM_R_NO_START_LINE && certificates > 0;
+    if (!clean_end) {
+      return FieldError(
+          "custom_ca",
+          absl::StrCat(certificates == 0 ? "holds no PEM certificate: "
+                                         : "has a malformed certificate after ",
+                       certificates == 0
+                           ? OpenSslErrors()
+                           : absl::StrCat(certificates, " good ones: ", OpenSslErrors())));
+    }
+    ERR_clear_error();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SSLConfig> ReadSslConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("--ssl_config_file: cannot read file ", path));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  SSLConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string errors;
+    void AddError(int line, int column, const std::string& message) override {
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", "line ", line + 1, " column ",
+                      column + 1, ": ", message);
+    }
+  } collector;
+  parser.RecordErrorsTo(&collector);
+  if (!parser.ParseFromString(text.str(), &config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ssl_config_file: ", path, " is not a valid SSLConfig text proto: ", collector.errors));
+  }
+  absl::Status valid = ValidateSslConfig(config);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(valid.message(), " (in ", path, ")"));
+  }
+  return config;
+}
+
+std::shared_ptr<grpc::ServerCredentials> GrpcServerCredentials(const SSLConfig& config) {
+  grpc::SslServerCredentialsOptions options(
+      config.client_verify() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.force_client_auth = config.client_verify();
+  if (!config.custom_ca().empty()) options.pem_root_certs = config.custom_ca();
+  options.pem_key_cert_pairs.push_back({config.server_key(), config.server_cert()});
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace kiln::serving
