@@ -40,6 +40,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/fused_post_ops.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -66,6 +67,54 @@ Fact Unknown() { return {Kind::kUnknown, 0}; }
 Fact Finite(double bound) {
   if (!(bound <= kMaxBound)) return Unknown();  // also NaN
   return {Kind::kFinite, static_cast<float>(bound)};
+}
+
+// What a fused node's post-op (ir/fused_post_ops.h; never the residual "Add", which the
+// callers exclude) makes of a channel: the same rules as the unfused activations.
+Fact ApplyPostOp(const ir::PostOp& p, const Fact& x) {
+  if (x.kind == Kind::kUnknown) return x;
+  const std::string& k = p.kind;
+  if (k == "Relu" || k == "Tanh" || k == "HardSwish" || k == "Gelu" || k == "GeluTanh" ||
+      k == "Abs") {
+    return x;
+  }
+  if (k == "LeakyRelu" || k == "Elu") {
+    const double alpha = std::fabs(p.alpha);
+    if (!std::isfinite(alpha)) return Unknown();
+    if (x.kind == Kind::kZero) return Zero();
+    return Finite(k == "Elu" ? std::max<double>(x.bound, alpha) : x.bound * std::max(1.0, alpha));
+  }
+  if (k == "Clip") {  // alpha: min, beta: max
+    if (std::isnan(p.alpha) || std::isnan(p.beta) || p.alpha > p.beta) return Unknown();
+    if (x.kind == Kind::kZero && p.alpha <= 0 && p.beta >= 0) return Zero();
+    double bound = x.bound;
+    if (std::isfinite(p.alpha)) bound = std::max(bound, std::fabs(static_cast<double>(p.alpha)));
+    if (std::isfinite(p.beta)) bound = std::max(bound, std::fabs(static_cast<double>(p.beta)));
+    return Finite(bound);
+  }
+  if (k == "Sigmoid") return Finite(1.0);
+  if (k == "Softplus") return Finite(x.bound + 1.0);
+  if (k == "Exp") return Finite(std::exp(static_cast<double>(x.bound)));
+  if (k == "Square") return Finite(static_cast<double>(x.bound) * x.bound);
+  if (k == "Sqrt") return x.kind == Kind::kZero ? Zero() : Unknown();  // sqrt(-1) is NaN
+  return Unknown();
+}
+
+Fact ApplyPostOps(const Node& n, Fact x) {
+  for (const ir::PostOp& p : ir::GetPostOps(n)) x = ApplyPostOp(p, x);
+  return x;
+}
+
+bool IsFused(const Node& n, const char* op) { return n.domain == ir::kKilnDomain && n.op == op; }
+
+// The ONNX operator a node computes before its post-ops: "Conv" for Conv and kiln FusedConv,
+// likewise MatMul and Gemm; empty for any other node.
+std::string BaseOp(const Node& n) {
+  if (n.domain.empty() && (n.op == "Conv" || n.op == "MatMul" || n.op == "Gemm")) return n.op;
+  if (IsFused(n, ir::kFusedConvOp)) return "Conv";
+  if (IsFused(n, ir::kFusedMatMulOp)) return "MatMul";
+  if (IsFused(n, ir::kFusedGemmOp)) return "Gemm";
+  return "";
 }
 
 // Per-index statistics of a float tensor's slices along one axis.
@@ -258,12 +307,16 @@ class Walker {
 
   bool VisitReader(NodeId id, ValueId v, int axis, int rank, const std::vector<Fact>& facts) {
     const Node& n = g_.node(id);
-    if (!n.domain.empty()) return false;
+    // Of Kiln's own operators, the walk understands the fused Conv/MatMul/Gemm (compression
+    // runs on a graph the fp32 optimizer has already fused).
+    const std::string base = BaseOp(n);
+    const bool fused = n.domain == ir::kKilnDomain && !base.empty();
+    if (!n.domain.empty() && !fused) return false;
     int reads = 0;
     for (ValueId in : n.inputs) reads += in == v;
     if (reads != 1 || n.inputs.empty()) return false;
     const bool first = n.inputs[0] == v;
-    const std::string& op = n.op;
+    const std::string& op = fused ? base : n.op;
 
     // Activations: what they make of 0 and of a bounded value.
     if (first && n.inputs.size() == 1) {
@@ -388,8 +441,10 @@ class Walker {
       if (w == nullptr || w->rank() != rank || axis != 1) return false;
       const int64_t group = n.GetInt("group", 1);
       if (group == 1) return Terminal(id, 1, 1, *w, facts);
-      // Depthwise with multiplier 1: channel c of the output reads only channel c.
+      // Depthwise with multiplier 1: channel c of the output reads only channel c (and a
+      // residual added to the output would not be a per-channel constant).
       if (group != channels_ || w->dim(0) != channels_ || w->dim(1) != 1) return false;
+      if (ir::HasResidual(n)) return false;
       const Tensor* b = nullptr;
       if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) {
         b = FloatConstant(n.inputs[2]);
@@ -401,15 +456,16 @@ class Walker {
       plan_.depthwise.push_back(id);
       int64_t taps = 1;
       for (int i = 2; i < w->rank(); ++i) taps *= w->dim(i);
-      return Continue(n, axis, rank, facts, [w_stats, b, taps](const Fact& x, int64_t c) {
+      const Node* node = &n;
+      return Continue(n, axis, rank, facts, [w_stats, b, taps, node](const Fact& x, int64_t c) {
         const float bias = b ? b->data<float>()[c] : 0.0f;
         if (!w_stats[c].all_finite || !std::isfinite(bias)) return Unknown();
-        if (x.kind == Kind::kZero && bias == 0) return Zero();
-        return Finite(x.bound * w_stats[c].max_abs * taps + std::fabs(bias));
+        if (x.kind == Kind::kZero && bias == 0) return ApplyPostOps(*node, Zero());
+        return ApplyPostOps(*node, Finite(x.bound * w_stats[c].max_abs * taps + std::fabs(bias)));
       });
     }
 
-    if (first && op == "MatMul" && n.inputs.size() == 2) {
+    if (first && op == "MatMul" && (n.inputs.size() == 2 || fused)) {
       const Tensor* w = FloatConstant(n.inputs[1]);
       if (w == nullptr || w->rank() != 2 || axis != rank - 1) return false;
       return Terminal(id, 1, 0, *w, facts);
@@ -451,7 +507,9 @@ const Tensor* FloatConstant(const Graph& g, ValueId v) {
 
 std::optional<Producer> AsProducer(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue ||
+  const std::string op = BaseOp(n);
+  // A residual added after the op makes the output channel whatever the residual is.
+  if (op.empty() || ir::HasResidual(n) || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue ||
       n.inputs.size() < 2) {
     return std::nullopt;
   }
@@ -460,18 +518,18 @@ std::optional<Producer> AsProducer(const Graph& g, NodeId id) {
   const Tensor* w = FloatConstant(g, n.inputs[1]);
   if (w == nullptr) return std::nullopt;
   int w_axis;
-  if (n.op == "Conv") {
+  if (op == "Conv") {
     if (n.GetInt("group", 1) != 1 || w->rank() < 3) return std::nullopt;
     p.axis = 1;
     p.rank = w->rank();
     w_axis = 0;
-  } else if (n.op == "MatMul" && n.inputs.size() == 2) {
+  } else if (op == "MatMul" && (n.inputs.size() == 2 || n.domain == ir::kKilnDomain)) {
     const ir::TensorType& x = g.value(n.inputs[0]).type;
     if (w->rank() != 2 || !x.rank_known || x.rank() < 2) return std::nullopt;
     p.rank = x.rank();
     p.axis = p.rank - 1;
     w_axis = 1;
-  } else if (n.op == "Gemm") {
+  } else if (op == "Gemm") {
     if (w->rank() != 2 || !std::isfinite(n.GetFloat("alpha", 1.0f))) return std::nullopt;
     p.rank = 2;
     p.axis = 1;
@@ -495,8 +553,8 @@ std::optional<Producer> AsProducer(const Graph& g, NodeId id) {
     const Tensor* b = FloatConstant(g, n.inputs[2]);
     if (b == nullptr || b->rank() > 2) return std::nullopt;
     int b_axis = b->rank() - 1;
-    if (n.op == "Conv" && b->rank() != 1) return std::nullopt;
-    if (n.op == "Gemm" && !std::isfinite(n.GetFloat("beta", 1.0f))) return std::nullopt;
+    if (op == "Conv" && b->rank() != 1) return std::nullopt;
+    if (op == "Gemm" && !std::isfinite(n.GetFloat("beta", 1.0f))) return std::nullopt;
     if (b_axis >= 0 && b->dim(b_axis) == 1 && p.channels != 1) b_axis = -1;
     if (b_axis >= 0 && b->dim(b_axis) != p.channels) return std::nullopt;
     const std::vector<SliceStats> b_stats = StatsAlong(*b, b_axis);
@@ -522,7 +580,8 @@ absl::Status PruneZeroChannels(Graph& graph, PassContext& ctx) {
     const std::vector<std::vector<NodeId>> consumers = graph.Consumers();
     std::vector<Fact> facts(producer->channels);
     for (int64_t c = 0; c < producer->channels; ++c) {
-      facts[c] = producer->zero[c] ? Zero() : Unknown();
+      // A zero channel as the node's post-ops leave it (Sigmoid(0) = 0.5 is not zero).
+      facts[c] = producer->zero[c] ? ApplyPostOps(graph.node(id), Zero()) : Unknown();
     }
     Walker walker(graph, consumers, producer->channels);
     if (!walker.Visit(producer->output, producer->axis, producer->rank, facts)) continue;
@@ -549,6 +608,8 @@ absl::Status PruneZeroChannels(Graph& graph, PassContext& ctx) {
       graph.node(dw).attrs["group"] = static_cast<int64_t>(kept.size());
     }
     for (const auto& [v, axis] : plan.resized) {
+      // The layout pass chooses again (blocked layouts need a multiple of 8 or 16 channels).
+      graph.value(v).layout = ir::MemoryLayout::kPlain;
       ir::TensorType& type = graph.value(v).type;
       if (type.rank_known && axis < type.rank()) {
         type.dims[axis] = ir::Dim::Known(static_cast<int64_t>(kept.size()));
@@ -556,7 +617,7 @@ absl::Status PruneZeroChannels(Graph& graph, PassContext& ctx) {
     }
     const Node& n = graph.node(id);
     ctx.Note(absl::StrCat("pruned ", removed, " of ", producer->channels, " all-zero ",
-                          n.op == "Conv" ? "output channels" : "output neurons", " of ",
+                          BaseOp(n) == "Conv" ? "output channels" : "output neurons", " of ",
                           n.Describe(), " and their ", plan.edits.size() - producer->edits.size(),
                           " consumer constants"));
     changed = true;
