@@ -1,0 +1,334 @@
+#include "kiln/runtime/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/core/status.h"
+#include "kiln/exec/plan.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Operators whose float inputs and outputs the int8 passes quantize (compress_conv.cc and the
+// dynamic MatMul pass): everything an int8 chain can read, write or pass through.
+bool Observed(const ir::Node& node) {
+  static const std::set<std::string> kOnnx = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                              "Relu", "Clip",    "Add",         "MatMul",
+                                              "Gemm", "Concat",  "LeakyRelu"};
+  static const std::set<std::string> kKiln = {"FusedConv", "FusedMatMul", "FusedGemm"};
+  if (node.domain.empty()) return kOnnx.count(node.op) > 0;
+  return node.domain == "kiln" && kKiln.count(node.op) > 0;
+}
+
+// Histogram of |x| over [0, range) in a fixed number of bins; the range doubles (merging bin
+// pairs) when a larger magnitude arrives, so one pass over the examples is enough.
+class AbsHistogram {
+ public:
+  explicit AbsHistogram(int bins) : bins_(bins, 0) {}
+
+  void Add(const float* data, int64_t n) {
+    float batch_max = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = data[i];
+      if (std::isnan(v)) continue;  // NaN has no range; it must not poison min/max.
+      min_ = std::min(min_, v);
+      max_ = std::max(max_, v);
+      batch_max = std::max(batch_max, std::fabs(v));
+    }
+    if (!std::isfinite(batch_max)) {
+      // Infinities cannot be binned; they saturate whatever range is chosen.
+      batch_max = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = std::fabs(data[i]);
+        if (std::isfinite(a)) batch_max = std::max(batch_max, a);
+      }
+    }
+    if (range_ == 0 && batch_max > 0) range_ = batch_max;
+    while (batch_max >= range_ && range_ > 0) Widen();
+    const int nb = static_cast<int>(bins_.size());
+    const float per_unit = range_ > 0 ? nb / range_ : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = std::fabs(data[i]);
+      if (std::isnan(a)) continue;
+      ++count_;
+      if (!std::isfinite(a)) {
+        ++bins_[nb - 1];
+        continue;
+      }
+      const int b = std::min(nb - 1, static_cast<int>(a * per_unit));
+      ++bins_[b];
+    }
+  }
+
+  bool empty() const { return count_ == 0; }
+
+  opt::ActivationRange Range(const CalibrationOptions& options) const {
+    float threshold = std::max(std::fabs(min_), std::fabs(max_));
+    if (range_ > 0) {
+      switch (options.method) {
+        case CalibrationOptions::Method::kMinMax:
+          break;
+        case CalibrationOptions::Method::kPercentile:
+          threshold = std::min(threshold, PercentileThreshold(options.percentile));
+          break;
+        case CalibrationOptions::Method::kEntropy:
+          threshold = std::min(threshold, EntropyThreshold());
+          break;
+      }
+    }
+    opt::ActivationRange r;
+    r.min = min_ >= 0 ? 0.0f : std::max(min_, -threshold);
+    r.max = std::min(max_, threshold);
+    if (max_ < 0) r.max = 0;
+    return r;
+  }
+
+ private:
+  void Widen() {
+    const size_t nb = bins_.size();
+    for (size_t i = 0; i < nb / 2; ++i) bins_[i] = bins_[2 * i] + bins_[2 * i + 1];
+    if (nb % 2) bins_[nb / 2] = bins_[nb - 1];
+    std::fill(bins_.begin() + (nb + 1) / 2, bins_.end(), 0);
+    range_ *= 2;
+  }
+
+  float BinEdge(double bins) const { return static_cast<float>(bins * range_ / bins_.size()); }
+
+  float PercentileThreshold(double percentile) const {
+    const double target = static_cast<double>(count_) * percentile / 100.0;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < bins_.size(); ++i) {
+      cumulative += bins_[i];
+      if (static_cast<double>(cumulative) >= target) return BinEdge(static_cast<double>(i + 1));
+    }
+    return range_;
+  }
+
+  // TensorRT's entropy calibration: for each candidate threshold (bin count i), P is the
+  // histogram clipped at i (outliers folded into its last bin) and Q its quantization into
+  // 128 levels expanded back over P's non-empty bins; the threshold minimizing KL(P || Q)
+  // wins.
+  float EntropyThreshold() const {
+    constexpr int kLevels = 128;
+    const int nb = static_cast<int>(bins_.size());
+    int last_nonzero = 0;
+    for (int i = 0; i < nb; ++i) {
+      if (bins_[i] != 0) last_nonzero = i;
+    }
+    if (last_nonzero < kLevels) return BinEdge(last_nonzero + 1);
+    double best_kl = std::numeric_limits<double>::infinity();
+    int best_i = last_nonzero + 1;
+    std::vector<double> p, q;
+    // Tail sum beyond the candidate, computed once from the right.
+    std::vector<double> tail(nb + 1, 0);
+    for (int i = nb - 1; i >= 0; --i) tail[i] = tail[i + 1] + static_cast<double>(bins_[i]);
+    for (int i = kLevels; i <= last_nonzero + 1; ++i) {
+      p.assign(bins_.begin(), bins_.begin() + i);
+      p[i - 1] += tail[i];
+      q.assign(i, 0);
+      const double per_level = static_cast<double>(i) / kLevels;
+      for (int level = 0; level < kLevels; ++level) {
+        const int begin = static_cast<int>(level * per_level);
+        const int end = level == kLevels - 1 ? i : static_cast<int>((level + 1) * per_level);
+        double sum = 0;
+        int nonzero = 0;
+        for (int j = begin; j < end; ++j) {
+          sum += static_cast<double>(bins_[j]);
+          nonzero += bins_[j] != 0;
+        }
+        if (nonzero == 0) continue;
+        for (int j = begin; j < end; ++j) {
+          if (bins_[j] != 0) q[j] = sum / nonzero;
+        }
+      }
+      double p_total = 0, q_total = 0;
+      for (int j = 0; j < i; ++j) {
+        p_total += p[j];
+        q_total += q[j];
+      }
+      if (p_total == 0 || q_total == 0) continue;
+      double kl = 0;
+      for (int j = 0; j < i; ++j) {
+        if (p[j] == 0) continue;
+        const double pj = p[j] / p_total;
+        // An empty Q bin where P has mass: TensorRT smooths it with a tiny probability.
+        const double qj = q[j] > 0 ? q[j] / q_total : 1e-12;
+        kl += pj * std::log(pj / qj);
+      }
+      if (kl < best_kl) {
+        best_kl = kl;
+        best_i = i;
+      }
+    }
+    return BinEdge(best_i);
+  }
+
+  std::vector<uint64_t> bins_;
+  float range_ = 0;  // 0: nothing but zeros so far (everything in bin 0)
+  uint64_t count_ = 0;
+  float min_ = std::numeric_limits<float>::infinity();
+  float max_ = -std::numeric_limits<float>::infinity();
+};
+
+// Examples [begin, end) concatenated along dimension 0, in graph input order.
+absl::StatusOr<std::vector<Tensor>> Concatenate(
+    const ir::Graph& graph, absl::Span<const std::map<std::string, Tensor>> examples, size_t begin,
+    size_t end) {
+  std::vector<Tensor> batch;
+  for (ir::ValueId input : graph.inputs) {
+    const std::string& name = graph.value(input).name;
+    const Tensor& first = examples[begin].at(name);
+    if (end - begin == 1) {
+      batch.push_back(first);
+      continue;
+    }
+    Shape shape = first.shape();
+    int64_t rows = 0;
+    for (size_t e = begin; e < end; ++e) rows += examples[e].at(name).dim(0);
+    shape.set_dim(0, rows);
+    Tensor joined(first.dtype(), shape);
+    char* out = static_cast<char*>(joined.raw_data());
+    for (size_t e = begin; e < end; ++e) {
+      const Tensor& t = examples[e].at(name);
+      std::memcpy(out, t.raw_data(), t.byte_size());
+      out += t.byte_size();
+    }
+    batch.push_back(std::move(joined));
+  }
+  return batch;
+}
+
+// Whether example `e` can join a batch that starts with example `first`: same dtypes and the
+// same dimensions but the first, for every input.
+bool Joinable(const ir::Graph& graph, const std::map<std::string, Tensor>& first,
+              const std::map<std::string, Tensor>& e) {
+  for (ir::ValueId input : graph.inputs) {
+    const std::string& name = graph.value(input).name;
+    const Tensor& a = first.at(name);
+    const Tensor& b = e.at(name);
+    if (a.dtype() != b.dtype() || a.dtype() == DType::kString || a.rank() == 0 ||
+        a.rank() != b.rank()) {
+      return false;
+    }
+    for (int d = 1; d < a.rank(); ++d) {
+      if (a.dim(d) != b.dim(d)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectActivationRanges(
+    const ir::Graph& graph, absl::Span<const std::map<std::string, Tensor>> examples,
+    const CalibrationOptions& options) {
+  if (options.num_bins < 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration num_bins must be at least 256, is ", options.num_bins));
+  }
+  if (options.method == CalibrationOptions::Method::kPercentile &&
+      !(options.percentile > 0 && options.percentile <= 100)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration percentile must be in (0, 100], is ", options.percentile));
+  }
+  for (size_t e = 0; e < examples.size(); ++e) {
+    for (ir::ValueId input : graph.inputs) {
+      const ir::Value& v = graph.value(input);
+      auto it = examples[e].find(v.name);
+      if (it == examples[e].end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration example ", e, " has no input '", v.name, "'"));
+      }
+      if (v.type.dtype != DType::kInvalid && it->second.dtype() != v.type.dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "calibration example ", e, ": input '", v.name, "' is ", DTypeName(it->second.dtype()),
+            ", the model takes ", DTypeName(v.type.dtype)));
+      }
+    }
+  }
+
+  // The graph to run: every observed value becomes an output. Layouts go back to plain, since
+  // a graph output is returned as NCHW (the values are the same in any layout).
+  auto observed = std::make_shared<ir::Graph>(graph);
+  for (ir::ValueId v = 0; v < observed->num_values(); ++v) {
+    observed->value(v).layout = ir::MemoryLayout::kPlain;
+  }
+  KILN_RETURN_IF_ERROR(ir::InferShapes(*observed));
+  std::set<ir::ValueId> wanted;
+  for (const ir::Node& node : observed->nodes()) {
+    if (node.removed || !Observed(node)) continue;
+    for (ir::ValueId v : node.inputs) {
+      if (v != ir::kNoValue && !observed->IsConstant(v)) wanted.insert(v);
+    }
+    for (ir::ValueId v : node.outputs) {
+      if (v != ir::kNoValue) wanted.insert(v);
+    }
+  }
+  const std::set<ir::ValueId> inputs(observed->inputs.begin(), observed->inputs.end());
+  std::vector<ir::ValueId> observed_values;  // in the order of the added outputs
+  const size_t first_added = observed->outputs.size();
+  std::vector<int> output_of(observed->num_values(), -1);
+  for (size_t i = 0; i < observed->outputs.size(); ++i) output_of[observed->outputs[i]] = i;
+  for (ir::ValueId v : wanted) {
+    const DType dtype = observed->value(v).type.dtype;
+    if (dtype != DType::kFloat32 && dtype != DType::kInvalid) continue;
+    observed_values.push_back(v);
+    if (inputs.count(v) || output_of[v] >= 0) continue;
+    output_of[v] = static_cast<int>(observed->outputs.size());
+    observed->outputs.push_back(v);
+  }
+  (void)first_added;
+  std::vector<int> input_index(observed->num_values(), -1);
+  for (size_t i = 0; i < observed->inputs.size(); ++i) input_index[observed->inputs[i]] = i;
+
+  std::vector<AbsHistogram> histograms(observed_values.size(), AbsHistogram(options.num_bins));
+  exec::CompileOptions compile;
+  compile.intra_op_threads = std::max(1, options.intra_op_threads);
+  compile.intra_op_openmp = compile.intra_op_threads > 1;
+  // Plans by input dimensions (Shape has no ordering of its own).
+  std::map<std::vector<std::vector<int64_t>>, std::shared_ptr<exec::CompiledPlan>> plans;
+  std::vector<Tensor> outputs;
+  const size_t batch_size = static_cast<size_t>(std::max(1, options.batch_size));
+  for (size_t begin = 0; begin < examples.size();) {
+    size_t end = begin + 1;
+    while (end < examples.size() && end - begin < batch_size &&
+           Joinable(graph, examples[begin], examples[end])) {
+      ++end;
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> batch, Concatenate(graph, examples, begin, end));
+    std::vector<Shape> shapes;
+    std::vector<std::vector<int64_t>> key;
+    for (const Tensor& t : batch) {
+      shapes.push_back(t.shape());
+      key.emplace_back(t.shape().dims().begin(), t.shape().dims().end());
+    }
+    auto& plan = plans[key];
+    if (plan == nullptr) {
+      KILN_ASSIGN_OR_RETURN(plan, exec::CompiledPlan::Compile(observed, shapes, compile));
+    }
+    KILN_RETURN_IF_ERROR(Annotate(plan->Run(batch, &outputs),
+                                  absl::StrCat("calibration examples ", begin, "..", end - 1)));
+    for (size_t k = 0; k < observed_values.size(); ++k) {
+      const ir::ValueId v = observed_values[k];
+      const Tensor& t = input_index[v] >= 0 ? batch[input_index[v]] : outputs[output_of[v]];
+      if (t.dtype() != DType::kFloat32) continue;
+      histograms[k].Add(t.data<float>(), t.num_elements());
+    }
+    begin = end;
+  }
+
+  absl::flat_hash_map<std::string, opt::ActivationRange> ranges;
+  for (size_t k = 0; k < observed_values.size(); ++k) {
+    if (histograms[k].empty()) continue;
+    ranges[observed->value(observed_values[k]).name] = histograms[k].Range(options);
+  }
+  return ranges;
+}
+
+}  // namespace kiln::runtime
