@@ -65,6 +65,9 @@ HttpReply HttpCall(int port, const std::string& method, const std::string& targe
     reply.body = parser.get().body();
     reply.content_type = std::string(parser.get()[http::field::content_type]);
     reply.content_encoding = std::string(parser.get()[http::field::content_encoding]);
+    for (const auto& field : parser.get()) {
+      reply.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   } catch (const std::exception& e) {

@@ -21,6 +21,7 @@ struct HttpReply {
   std::string body;
   std::string content_type;
   std::string content_encoding;
+  std::vector<std::pair<std::string, std::string>> headers;  // every response header
 };
 HttpReply HttpCall(int port, const std::string& method, const std::string& target,
                    const std::string& body = "",
