@@ -298,7 +298,8 @@ grpc::Status ModelServiceImpl::HandleReloadConfigRequest(grpc::ServerContext*,
                                                          const ReloadConfigRequest* request,
                                                          ReloadConfigResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = core_->ReloadConfig(request->config());
+  absl::Status status = core_->ReloadConfig(request->config());
+  if (status.ok() && loggers_ != nullptr) status = loggers_->Configure(request->config());
   response->mutable_status()->set_error_code(static_cast<int>(status.code()));
   response->mutable_status()->set_error_message(std::string(status.message()));
   return ToGrpcStatus(status);

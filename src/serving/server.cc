@@ -199,6 +199,7 @@ int RunServer(const ServeFlags& flags) {
   PredictionServiceImpl prediction_service(core.get(), &metrics, &rpc_counter);
   prediction_service.set_request_loggers(&request_loggers);
   ModelServiceImpl model_service(core.get(), &rpc_counter);
+  model_service.set_request_loggers(&request_loggers);
   KServeGrpcService kserve_service(core.get(), &metrics, &rpc_counter, &draining);
   std::unique_ptr<HealthServiceImpl> health_service;
   if (flags.enable_grpc_healthcheck_service) {

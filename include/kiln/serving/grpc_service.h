@@ -81,6 +81,9 @@ class ModelServiceImpl final : public tensorflow::serving::ModelService::Service
   explicit ModelServiceImpl(ServerCore* core, RpcCounter* counter = nullptr)
       : core_(core), counter_(counter) {}
 
+  // A reloaded config's logging_config entries are applied here too (null: none).
+  void set_request_loggers(RequestLoggers* loggers) { loggers_ = loggers; }
+
   grpc::Status GetModelStatus(grpc::ServerContext* context,
                               const tensorflow::serving::GetModelStatusRequest* request,
                               tensorflow::serving::GetModelStatusResponse* response) override;
@@ -91,6 +94,7 @@ class ModelServiceImpl final : public tensorflow::serving::ModelService::Service
  private:
   ServerCore* const core_;
   RpcCounter* const counter_;
+  RequestLoggers* loggers_ = nullptr;
 };
 
 }  // namespace kiln::serving
