@@ -1,6 +1,7 @@
 #include "kiln/runtime/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +21,7 @@
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
 #include "kiln/runtime/loader.h"
+#include "compression.h"
 
 #ifdef KILN_HAVE_ONNX_IMPORT
 #include "kiln/import/onnx.h"
@@ -133,6 +135,7 @@ struct SignatureRuntime final : SignatureHandle {
   std::unique_ptr<exec::PlanCache> cache;
   opt::OptimizationLog log;
   std::map<std::string, int> op_histogram;
+  std::string compression_report;  // empty unless compression was on (compression.h)
 };
 
 class ModelImpl : public Model {
@@ -312,6 +315,11 @@ class ModelImpl : public Model {
   std::string Inspect() const override;
 
   absl::Status Init(import::ImportedModel imported, const ModelOptions& options);
+  absl::StatusOr<std::shared_ptr<ir::Graph>> CompressAtLoad(const std::shared_ptr<ir::Graph>& graph,
+                                                            const opt::PassOptions& pass_options,
+                                                            const exec::CompileOptions& compile,
+                                                            SignatureRuntime& rt,
+                                                            const ModelOptions& options);
 
  private:
   absl::StatusOr<const SignatureRuntime*> Find(absl::string_view key) const {
@@ -352,6 +360,61 @@ class ModelImpl : public Model {
   ThreadSplit threads_;
   ModelOptions options_;
 };
+
+// Compression of one signature's optimized fp32 graph (compression.h); the report goes to
+// the signature's Inspect() text and to stderr, the load log of `kiln serve` and `kiln run`.
+absl::StatusOr<std::shared_ptr<ir::Graph>> ModelImpl::CompressAtLoad(
+    const std::shared_ptr<ir::Graph>& graph, const opt::PassOptions& pass_options,
+    const exec::CompileOptions& compile, SignatureRuntime& rt, const ModelOptions& options) {
+  CompressionSettings settings;
+  settings.int8 = options.allow_compression;
+  settings.bf16 = options.mixed_precision_bf16;
+  settings.tolerance = options.compression_tolerance;
+  if (!(settings.tolerance >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compression tolerance must be >= 0; got ", settings.tolerance));
+  }
+  std::vector<CalibrationBatch> calibration;
+  std::string note;
+  if (!options.calibration_inputs_dir.empty()) {
+    bool complete = true;
+    for (const std::string& key : rt.info.input_keys) {
+      complete = complete &&
+                 std::filesystem::exists(std::filesystem::path(options.calibration_inputs_dir) /
+                                         (key + ".npy"));
+    }
+    if (complete) {
+      KILN_ASSIGN_OR_RETURN(calibration,
+                            LoadCalibrationDir(options.calibration_inputs_dir, rt.info));
+      settings.calibration_source = options.calibration_inputs_dir;
+    } else {
+      note = absl::StrCat("  (", options.calibration_inputs_dir, " lacks <input key>.npy for ",
+                          "an input of this signature: no calibration for it)\n");
+    }
+  } else if (!options.calibration_inputs.empty()) {
+    int skipped = 0;
+    calibration = CalibrationFromMaps(options.calibration_inputs, rt.info, &skipped);
+    settings.calibration_source =
+        absl::StrCat("the given inputs (warmup requests in kiln serve; ", skipped,
+                     " without this signature's inputs skipped)");
+  }
+  absl::StatusOr<CompressedSignature> made =
+      CompressSignature(graph, pass_options, compile, rt.info, calibration, settings);
+  if (!made.ok()) {
+    return Annotate(made.status(), absl::StrCat("compressing signature '", rt.info.key, "'"));
+  }
+  CompressedSignature& compressed = *made;
+  // The fp32 passes changed nothing the second time: what this log holds is compression
+  // (and what it let other passes do).
+  for (opt::OptimizationLogEntry& e : compressed.log.entries) {
+    rt.log.entries.push_back(std::move(e));
+  }
+  rt.log.nodes_after = compressed.graph->num_live_nodes();
+  rt.compression_report = compressed.report + note;
+  std::fprintf(stderr, "kiln: %s signature '%s':\n%s", path_.c_str(), rt.info.key.c_str(),
+               rt.compression_report.c_str());
+  return compressed.graph;
+}
 
 absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions& options) {
   options_ = options;
@@ -395,13 +458,13 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       if (v.type.dtype == DType::kInvalid) v.type.dtype = rt.info.inputs.at(sg.input_keys[i]).dtype;
     }
     rt.log.nodes_before = graph->num_live_nodes();
+    opt::PassOptions pass_options;
+    const exec::KernelEvaluator evaluator;
     if (options.disable_optimizer) {
       rt.log.disabled = true;
       rt.log.nodes_after = rt.log.nodes_before;
     } else {
-      opt::PassOptions pass_options;
       pass_options.conv_activation_layout = kernels::PreferredConvActivationLayout();
-      const exec::KernelEvaluator evaluator;
       pass_options.evaluator = &evaluator;
       KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),
                                     absl::StrCat("optimizing signature '", sg.key, "'")));
@@ -410,6 +473,9 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
     // broke the graph: report it rather than compile plans from untyped values.
     KILN_RETURN_IF_ERROR(Annotate(ir::InferShapes(*graph),
                                   absl::StrCat("signature '", sg.key, "' after optimization")));
+    if (!options.disable_optimizer && (options.allow_compression || options.mixed_precision_bf16)) {
+      KILN_ASSIGN_OR_RETURN(graph, CompressAtLoad(graph, pass_options, compile, rt, options));
+    }
     for (const ir::Node& node : graph->nodes()) {
       if (!node.removed) {
         ++rt.op_histogram[node.domain.empty() ? node.op : node.domain + "::" + node.op];
@@ -448,6 +514,7 @@ std::string ModelImpl::Inspect() const {
     absl::StrAppend(&out, "  op histogram (", rt.graph->num_live_nodes(), " nodes):\n");
     for (const auto& [n, op] : ops) absl::StrAppend(&out, "    ", op, ": ", -n, "\n");
     absl::StrAppend(&out, "  optimization log: ", rt.log.ToString());
+    if (!rt.compression_report.empty()) absl::StrAppend(&out, rt.compression_report);
     // Planned memory for one item: unknown dimensions taken as 1.
     std::vector<Shape> shapes;
     for (const std::string& k : info.input_keys) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "command.h"
@@ -25,6 +26,14 @@ the nodes nothing reads the outputs), a SavedModel directory, or a base path wit
 version folders.
 
   --disable_optimizer   show the imported graph without optimization
+  --allow_compression   compress as `kiln run --allow_compression` would, and show the
+                        accuracy report and per-layer decisions (docs/COMPRESSION.md)
+  --mixed_precision bfloat16
+                        bf16 weights for MatMul/Gemm
+  --calibration_inputs DIR
+                        one NAME.npy per input (first dimension = examples)
+  --compression_tolerance X
+                        largest accepted output error (default 0.02)
   --tags TAGS           SavedModel tag set (default serve)
   --signature NAME      show only this signature (default: all)
   --outputs A,B         frozen GraphDef only: the tensors it returns ("name" or "name:1")
@@ -56,6 +65,40 @@ int RunInspectCommand(const std::vector<std::string>& args) {
       return 0;
     } else if (arg == "--disable_optimizer") {
       options.disable_optimizer = true;
+    } else if (arg == "--allow_compression" || arg == "--allow_compression=true") {
+      options.allow_compression = true;
+    } else if (arg == "--allow_compression=false") {
+      options.allow_compression = false;
+    } else if (arg.rfind("--mixed_precision", 0) == 0 ||
+               arg.rfind("--calibration_inputs", 0) == 0 ||
+               arg.rfind("--compression_tolerance", 0) == 0) {
+      const size_t eq = arg.find('=');
+      const std::string name = arg.substr(0, eq);
+      if (eq == std::string::npos && i + 1 >= args.size()) {
+        std::fprintf(stderr, "kiln inspect: %s needs a value\n", arg.c_str());
+        return 2;
+      }
+      const std::string value = eq == std::string::npos ? args[++i] : arg.substr(eq + 1);
+      if (name == "--mixed_precision") {
+        if (value != "bfloat16" && value != "fp32") {
+          std::fprintf(stderr, "kiln inspect: --mixed_precision=%s: expected bfloat16\n",
+                       value.c_str());
+          return 2;
+        }
+        options.mixed_precision_bf16 = value == "bfloat16";
+      } else if (name == "--calibration_inputs") {
+        options.calibration_inputs_dir = value;
+      } else if (name == "--compression_tolerance") {
+        if (!absl::SimpleAtod(value, &options.compression_tolerance) ||
+            !(options.compression_tolerance >= 0)) {
+          std::fprintf(stderr, "kiln inspect: --compression_tolerance=%s: not a number >= 0\n",
+                       value.c_str());
+          return 2;
+        }
+      } else {
+        std::fprintf(stderr, "kiln inspect: unknown flag %s\n\n%s", arg.c_str(), kUsage);
+        return 2;
+      }
     } else if (arg.rfind("--tags=", 0) == 0) {
       options.tags = arg.substr(7);
     } else if (arg == "--tags" && i + 1 < args.size()) {

@@ -97,6 +97,16 @@ version folders (the highest is used).
   --seconds S             time budget per batch size (default 2)
   --json                  print one JSON object per batch size
   --disable_optimizer     run the imported graph unoptimized
+  --allow_compression     int8 MatMul/Gemm (and calibrated Conv) with the accuracy guard
+                          (docs/COMPRESSION.md); the report goes to stderr
+  --mixed_precision bfloat16
+                          bf16 weights for MatMul/Gemm (TF Serving's --mixed_precision)
+  --calibration_inputs DIR
+                          one NAME.npy per input (first dimension = examples): calibration
+                          and the accuracy guard's reference inputs
+  --compression_tolerance X
+                          largest accepted output error (relative to the output's range; for
+                          class scores also the fraction of changed top-1); default 0.02
   --isa avx2|avx512       cap the instruction set of Kiln's kernels and oneDNN (to measure
                           the AVX2 path on an AVX-512 machine; also KILN_MAX_ISA=avx2)
 )";
@@ -117,6 +127,10 @@ struct RunFlags {
   double seconds = 2.0;
   bool json = false;
   bool disable_optimizer = false;
+  bool allow_compression = false;
+  bool mixed_precision_bf16 = false;
+  std::string calibration_inputs;
+  double compression_tolerance = runtime::ModelOptions().compression_tolerance;
   std::string isa;  // empty: the CPU's own
 };
 
@@ -156,12 +170,13 @@ std::string ParseFlags(const std::vector<std::string>& args, RunFlags* flags, bo
       return absl::StrCat("--", name, "=", value, ": ", what);
     };
     if (name == "bench" || name == "json" || name == "disable_optimizer" ||
-        name == "random_inputs") {
+        name == "random_inputs" || name == "allow_compression") {
       const bool on = !has_value || value == "true" || value == "1";
       if (name == "bench") flags->bench = on;
       if (name == "json") flags->json = on;
       if (name == "disable_optimizer") flags->disable_optimizer = on;
       if (name == "random_inputs") flags->random_inputs = on;
+      if (name == "allow_compression") flags->allow_compression = on;
       continue;
     }
     if (!need_value()) return absl::StrCat("--", name, " needs a value");
@@ -207,6 +222,16 @@ std::string ParseFlags(const std::vector<std::string>& args, RunFlags* flags, bo
     } else if (name == "iterations") {
       if (!absl::SimpleAtoi(value, &flags->iterations) || flags->iterations < 1) {
         return bad("must be a positive number");
+      }
+    } else if (name == "mixed_precision") {
+      if (value != "bfloat16" && value != "fp32") return bad("expected bfloat16 (or fp32)");
+      flags->mixed_precision_bf16 = value == "bfloat16";
+    } else if (name == "calibration_inputs") {
+      flags->calibration_inputs = value;
+    } else if (name == "compression_tolerance") {
+      if (!absl::SimpleAtod(value, &flags->compression_tolerance) ||
+          !(flags->compression_tolerance >= 0)) {
+        return bad("not a number >= 0");
       }
     } else if (name == "isa") {
       if (value != "avx2" && value != "avx512") return bad("must be avx2 or avx512");
@@ -260,6 +285,10 @@ int RunRunCommand(const std::vector<std::string>& args) {
   }
   runtime::ModelOptions options;
   options.disable_optimizer = flags.disable_optimizer;
+  options.allow_compression = flags.allow_compression;
+  options.mixed_precision_bf16 = flags.mixed_precision_bf16;
+  options.calibration_inputs_dir = flags.calibration_inputs;
+  options.compression_tolerance = flags.compression_tolerance;
   options.intra_op_threads = flags.threads;
   options.inter_op_threads = flags.inter_op_threads;
   auto model = kiln::tool::LoadModelForTool("run", flags.model, options, flags.frozen_outputs);
