@@ -318,26 +318,41 @@ absl::Status WarmupPredict(const ServableVersion& servable,
 
 }  // namespace
 
-absl::Status RunWarmup(const ServableVersion& servable, int iterations,
-                       const std::string& fallback_dir) {
+std::string WarmupFilePath(const ServableVersion& servable, const std::string& fallback_dir) {
   const std::string dir = servable.model().assets_extra_dir().empty()
                               ? fallback_dir
                               : servable.model().assets_extra_dir();
-  if (dir.empty()) return absl::OkStatus();
+  if (dir.empty()) return "";
   const std::string path = (std::filesystem::path(dir) / kWarmupFileName).string();
   std::error_code error;
-  if (!std::filesystem::exists(path, error)) return absl::OkStatus();
+  return std::filesystem::exists(path, error) ? path : "";
+}
+
+absl::StatusOr<std::vector<tensorflow::serving::PredictionLog>> ReadWarmupLogs(
+    const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> records, ReadWarmupRecords(path));
   if (records.size() > static_cast<size_t>(kMaxWarmupRecords)) {
     return absl::InvalidArgumentError(absl::StrCat("Number of warmup records exceeds the maximum (",
                                                    kMaxWarmupRecords, ") at ", path));
   }
+  std::vector<tensorflow::serving::PredictionLog> logs(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
-    tensorflow::serving::PredictionLog log;
-    if (!log.ParseFromString(records[i])) {
+    if (!logs[i].ParseFromString(records[i])) {
       return absl::DataLossError(
           absl::StrCat(path, ": record ", i, " is not a valid PredictionLog"));
     }
+  }
+  return logs;
+}
+
+absl::Status RunWarmup(const ServableVersion& servable, int iterations,
+                       const std::string& fallback_dir) {
+  const std::string path = WarmupFilePath(servable, fallback_dir);
+  if (path.empty()) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(std::vector<tensorflow::serving::PredictionLog> logs,
+                        ReadWarmupLogs(path));
+  for (size_t i = 0; i < logs.size(); ++i) {
+    const tensorflow::serving::PredictionLog& log = logs[i];
     for (int iteration = 0; iteration < std::max(1, iterations); ++iteration) {
       absl::Status status;
       switch (log.log_type_case()) {

@@ -12,6 +12,7 @@
 #include "tensorflow_serving/apis/inference.pb.h"
 #include "tensorflow_serving/apis/input.pb.h"
 #include "tensorflow_serving/apis/predict.pb.h"
+#include "tensorflow_serving/apis/prediction_log.pb.h"
 #include "tensorflow_serving/apis/regression.pb.h"
 
 namespace kiln::serving {
@@ -54,6 +55,13 @@ absl::StatusOr<tensorflow::serving::MultiInferenceResponse> RunMultiInference(
 // assets.extra, where ONNX models in TF Serving's layout keep it).
 absl::Status RunWarmup(const ServableVersion& servable, int iterations,
                        const std::string& fallback_dir = "");
+
+// The warmup file of `servable` (its assets.extra, else `fallback_dir`), or "" when there is
+// none.
+std::string WarmupFilePath(const ServableVersion& servable, const std::string& fallback_dir = "");
+// Every record of a warmup file, parsed; at most kMaxWarmupRecords, as TF Serving allows.
+absl::StatusOr<std::vector<tensorflow::serving::PredictionLog>> ReadWarmupLogs(
+    const std::string& path);
 
 inline constexpr char kWarmupFileName[] = "tf_serving_warmup_requests";
 inline constexpr int kMaxWarmupRecords = 1000;

@@ -104,9 +104,9 @@ class ParseExampleKernel : public OpKernel {
       if (def.num_elements() > 0) feature.default_value = def;
     }
     auto parsed = data::formats::ParseExamples(ctx.inputs[0], spec);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(node_, ": ", parsed.status().message()));
-    }
+    // The plan prefixes the node's name to a failing step's status; adding it here too
+    // printed it twice.
+    if (!parsed.ok()) return absl::InvalidArgumentError(parsed.status().message());
     const std::vector<Tensor>& t = *parsed;
     for (size_t i = 0; i < ns; ++i) {
       ctx.outputs[i] = t[3 * i];
