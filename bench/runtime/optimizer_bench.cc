@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
         "{\"model\": \"%s\", \"nodes\": %d, \"rounds\": %d, \"optimize_once_per_round_ms\": %.2f, "
         "\"optimize_infer_before_every_pass_ms\": %.2f, \"ratio\": %.3f, \"one_inference_ms\": "
         "%.2f, \"same_graph\": %s}\n",
-        path.c_str(), original.num_live_nodes(), std::min(rounds, options.max_rounds), once,
-        every, every > 0 ? once / every : 0.0, Median(infer_ms), same ? "true" : "false");
+        path.c_str(), original.num_live_nodes(), std::min(rounds, options.max_rounds), once, every,
+        every > 0 ? once / every : 0.0, Median(infer_ms), same ? "true" : "false");
   }
   return 0;
 }

@@ -328,31 +328,20 @@ class PoolKernel : public OpKernel {
             for (int64_t o2 = 0; o2 < od[2]; ++o2) {
               float acc = kind_ == PoolKind::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
               int64_t arg = -1, count = 0;
-              for (int64_t k0 = 0; k0 < k[0]; ++k0) {
-                const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
-                if (i0 < 0 || i0 >= id[0]) continue;
-                for (int64_t k1 = 0; k1 < k[1]; ++k1) {
-                  const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
-                  if (i1 < 0 || i1 >= id[1]) continue;
-                  for (int64_t k2 = 0; k2 < k[2]; ++k2) {
-                    const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
-                    if (i2 < 0 || i2 >= id[2]) continue;
-                    const int64_t flat = (i0 * id[1] + i1) * id[2] + i2;
-                    const float v = in[flat];
-                    ++count;
-                    if (kind_ == PoolKind::kMax) {
-                      if (v > acc || arg < 0 || (v != v && acc == acc)) {
-                        acc = v;
-                        arg = flat;
-                      }
-                    } else if (kind_ == PoolKind::kAverage) {
-                      acc += v;
-                    } else {
-                      acc += std::pow(std::fabs(v), static_cast<float>(p_));
-                    }
+              ForEachWindowTap(id, k, s, d, pb, o0, o1, o2, [&](int64_t flat) {
+                const float v = in[flat];
+                ++count;
+                if (kind_ == PoolKind::kMax) {
+                  if (v > acc || arg < 0 || (v != v && acc == acc)) {
+                    acc = v;
+                    arg = flat;
                   }
+                } else if (kind_ == PoolKind::kAverage) {
+                  acc += v;
+                } else {
+                  acc += std::pow(std::fabs(v), static_cast<float>(p_));
                 }
-              }
+              });
               const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
               if (kind_ == PoolKind::kAverage) {
                 int64_t divisor = count;
@@ -397,6 +386,28 @@ class PoolKernel : public OpKernel {
   // Max pooling in the input's own type (output dtype = input dtype, no rounding through
   // float, which would lose 32/64-bit integers): one loop nest over the 3-D padded geometry,
   // with Indices and storage_order as in the float path.
+  // Calls tap(flat) with the flat input offset of every in-bounds tap of the window of output
+  // position (o0, o1, o2); the spatial dims are padded to 3 (input id, kernel k, strides s,
+  // dilations d, begin pads pb).
+  template <typename Tap>
+  static void ForEachWindowTap(const int64_t* id, const int64_t* k, const int64_t* s,
+                               const int64_t* d, const int64_t* pb, int64_t o0, int64_t o1,
+                               int64_t o2, Tap&& tap) {
+    for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+      const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
+      if (i0 < 0 || i0 >= id[0]) continue;
+      for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+        const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
+        if (i1 < 0 || i1 >= id[1]) continue;
+        for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+          const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
+          if (i2 < 0 || i2 >= id[2]) continue;
+          tap((i0 * id[1] + i1) * id[2] + i2);
+        }
+      }
+    }
+  }
+
   template <typename T>
   absl::Status MaxPoolExact(ComputeContext& ctx, const int64_t* id, const int64_t* od,
                             const int64_t* k, const int64_t* s, const int64_t* d, const int64_t* pb,
@@ -413,23 +424,12 @@ class PoolKernel : public OpKernel {
             for (int64_t o2 = 0; o2 < od[2]; ++o2) {
               T acc = std::numeric_limits<T>::lowest();
               int64_t arg = -1;
-              for (int64_t k0 = 0; k0 < k[0]; ++k0) {
-                const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
-                if (i0 < 0 || i0 >= id[0]) continue;
-                for (int64_t k1 = 0; k1 < k[1]; ++k1) {
-                  const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
-                  if (i1 < 0 || i1 >= id[1]) continue;
-                  for (int64_t k2 = 0; k2 < k[2]; ++k2) {
-                    const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
-                    if (i2 < 0 || i2 >= id[2]) continue;
-                    const int64_t flat = (i0 * id[1] + i1) * id[2] + i2;
-                    if (in[flat] > acc || arg < 0 || (IsNan(in[flat]) && !IsNan(acc))) {
-                      acc = in[flat];
-                      arg = flat;
-                    }
-                  }
+              ForEachWindowTap(id, k, s, d, pb, o0, o1, o2, [&](int64_t flat) {
+                if (in[flat] > acc || arg < 0 || (IsNan(in[flat]) && !IsNan(acc))) {
+                  acc = in[flat];
+                  arg = flat;
                 }
-              }
+              });
               const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
               yv[p * out_plane + o] = acc;
               if (indices != nullptr) {
