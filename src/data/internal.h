@@ -248,6 +248,8 @@ class IteratorBase {
   std::shared_ptr<const DatasetNode> node_ref_;  // destroyed after the subclass's members
 };
 
+struct ParallelMapSpec;  // nodes.h
+
 class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
  public:
   virtual ~DatasetNode() = default;
@@ -255,6 +257,9 @@ class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
   virtual absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
       const IteratorContext& ctx) const = 0;
   virtual int64_t Cardinality() const { return kUnknownCardinality; }
+  // Non-null for a parallel Map: what map_and_batch_fusion needs to rewrite it with the Batch
+  // above it (MakeFusedMapAndBatch).
+  virtual const ParallelMapSpec* AsParallelMap() const { return nullptr; }
 };
 
 // Builds the iterator of `dataset` (which may be invalid: its error is returned).

@@ -539,7 +539,17 @@ class BatchNode : public DatasetNode {
  public:
   BatchNode(Dataset input, int64_t batch_size, bool drop_remainder)
       : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
-  KILN_DATA_NODE_BOILERPLATE("Batch")
+  std::string name() const override { return "Batch"; }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    KILN_ASSIGN_OR_RETURN(
+        std::unique_ptr<IteratorBase> fused,
+        MakeFusedMapAndBatch(ctx, input_, {batch_size_, drop_remainder_, kSequential, true}));
+    if (fused) return fused;
+    auto it = std::make_unique<It>(ctx, this);
+    KILN_RETURN_IF_ERROR(it->Init());
+    return std::unique_ptr<IteratorBase>(std::move(it));
+  }
   int64_t Cardinality() const override {
     const int64_t n = input_.Cardinality();
     if (n < 0) return n;

@@ -67,6 +67,10 @@ struct Options {
   // Non-empty: a Chrome trace (open in Perfetto or chrome://tracing) with one track per stage
   // is written here when the iterator is destroyed (or by Iterator::WriteTrace).
   std::string trace_path;
+  // tf.data's map_and_batch_fusion: a parallel Map followed by a Batch runs as one stage
+  // whose workers write each result straight into its slot of the batch. The elements are the
+  // same either way; false keeps the two stages (to compare, or to see them apart in Stats()).
+  bool map_and_batch_fusion = true;
 };
 
 class DatasetNode;  // internal

@@ -24,6 +24,7 @@ using ::kiln::data::testing::Iota;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(RangeTest, CountsLikePythonRange) {
   EXPECT_THAT(*CollectInt64(Dataset::Range(5)), ElementsAre(0, 1, 2, 3, 4));
@@ -262,6 +263,60 @@ TEST(MapAndBatchTest, FusedParallelMapThenBatchEqualsTheUnfusedPipeline) {
   }
   std::sort(ids.begin(), ids.end());
   EXPECT_THAT(ids, ElementsAreArray(Iota(0, 50)));
+}
+
+// The fusion is a rewrite made when the iterator is built: the Dataset still describes a Map
+// and a Batch (Options::map_and_batch_fusion = false runs them apart, with the same
+// elements), and the fused stage keeps the Batch's options.
+int StageParallelism(const Iterator& it, const std::string& name) {
+  for (const StageStats& s : it.Stats().stages) {
+    if (s.name == name) return s.parallelism;
+  }
+  return -1;
+}
+
+TEST(MapAndBatchTest, FusionIsARewriteAtMakeIteratorThatKeepsTheBatchOptions) {
+  Dataset ds = Dataset::Range(40).Map(AddFn(1), 2).Batch(8);
+  Options unfused_options;
+  unfused_options.map_and_batch_fusion = false;
+  {
+    auto fused = *ds.MakeIterator();
+    auto unfused = *ds.MakeIterator(unfused_options);
+    for (int b = 0; b < 5; ++b) {
+      auto x = *fused->GetNext();
+      auto y = *unfused->GetNext();
+      ASSERT_TRUE(x.has_value() && y.has_value());
+      EXPECT_TRUE(TensorsEqual((*x)[0], (*y)[0])) << "batch " << b;
+    }
+    EXPECT_THAT(fused->Stats().ToString(), HasSubstr("MapAndBatch/ParallelMap"));
+    EXPECT_THAT(unfused->Stats().ToString(), Not(HasSubstr("MapAndBatch")));
+    EXPECT_THAT(unfused->Stats().ToString(), HasSubstr("Batch/ParallelMap"));
+  }
+  // num_parallel_calls: the fused stage does both stages' work, so it takes the larger
+  // request, and kAutotune (resolved to the CPU budget here, autotuning off) over a count.
+  Options fixed;
+  fixed.autotune = false;
+  fixed.cpu_budget = 6;
+  auto wide_batch = *Dataset::Range(40).Map(AddFn(1), 1).Batch(8, false, 3).MakeIterator(fixed);
+  EXPECT_EQ(StageParallelism(*wide_batch, "MapAndBatch/ParallelMap"), 3);
+  auto auto_batch =
+      *Dataset::Range(40).Map(AddFn(1), 2).Batch(8, false, kAutotune).MakeIterator(fixed);
+  EXPECT_EQ(StageParallelism(*auto_batch, "MapAndBatch/ParallelMap"), 6);
+  auto wide_map = *Dataset::Range(40).Map(AddFn(1), 5).Batch(8, false, 2).MakeIterator(fixed);
+  EXPECT_EQ(StageParallelism(*wide_map, "MapAndBatch/ParallelMap"), 5);
+  // deterministic: a parallel Batch that allows any order makes the fused stage
+  // nondeterministic (so its order cannot be checkpointed); a sequential Batch has no order to
+  // relax, and deterministic = true on both keeps the order.
+  auto any_order = *Dataset::Range(40).Map(AddFn(1), 2).Batch(8, false, 2, false).MakeIterator();
+  EXPECT_EQ(any_order->SaveState().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(any_order->SaveState().status().message(), HasSubstr("deterministic = false"));
+  auto sequential = *Dataset::Range(40).Map(AddFn(1), 2).Batch(8, false, 0, false).MakeIterator();
+  EXPECT_TRUE(sequential->SaveState().ok());
+  auto ordered = *Dataset::Range(40).Map(AddFn(1), 2).Batch(8, false, 2, true).MakeIterator();
+  EXPECT_TRUE(ordered->SaveState().ok());
+  EXPECT_THAT(
+      *CollectInt64(Dataset::Range(40).Map(AddFn(1), 2).Batch(8, false, 2, false).Unbatch()),
+      ::testing::UnorderedElementsAreArray(Iota(1, 41)));
 }
 
 TEST(MapAndBatchTest, AFailedElementFailsItsBatchAndTheNextBatchFollows) {

@@ -1,0 +1,289 @@
+// Parallel Interleave on AsyncStageBase (async_stage.h), which gives it the workers,
+// cancellation and autotuning every asynchronous stage shares.
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "data/async_stage.h"
+#include "data/nodes.h"
+#include "kiln/core/status.h"
+
+namespace kiln::data {
+namespace {
+
+// ---- Parallel interleave ----
+//
+// The consumer walks the cycle exactly as the sequential interleave does (so deterministic
+// output order is the same); workers keep each open input's buffer filled ahead of it. A slot
+// whose input is exhausted is refilled from the input dataset as soon as the consumer reaches
+// its end (the order in which input elements are opened is the sequential one).
+int ResolveCycleLength(const IteratorContext& ctx, int cycle_length) {
+  return cycle_length == kAutotune ? ctx.pipeline->cpu_budget() : std::max(1, cycle_length);
+}
+
+// Workers: one per open input at most (a worker fills one input's buffer at a time).
+AsyncStageBase::Parallelism InterleaveParallelism(int requested, int cycle_length) {
+  AsyncStageBase::Parallelism p;
+  p.requested = requested;
+  p.autotune_start = p.autotune_max = p.fixed_max = cycle_length;
+  return p;
+}
+
+class ParallelInterleaveStage : public AsyncStageBase {
+ public:
+  ParallelInterleaveStage(const IteratorContext& ctx, Dataset input, DatasetFn fn, int cycle_length,
+                          int block_length, int parallelism, bool deterministic)
+      : AsyncStageBase(ctx, "ParallelInterleave",
+                       InterleaveParallelism(parallelism, ResolveCycleLength(ctx, cycle_length)),
+                       /*tune_buffer=*/false),
+        input_dataset_(std::move(input)),
+        fn_(std::move(fn)),
+        cycle_length_(ResolveCycleLength(ctx, cycle_length)),
+        block_length_(std::max(1, block_length)),
+        deterministic_(deterministic),
+        slots_(cycle_length_) {
+    per_slot_limit_ = std::max(2, block_length_);
+    counters_->buffer_capacity.store(per_slot_limit_ * cycle_length_, std::memory_order_relaxed);
+    if (!deterministic) {
+      ctx.pipeline->MarkNotReplayable(absl::StrCat("deterministic = false (stage ", path_, ")"));
+    }
+  }
+
+  ~ParallelInterleaveStage() override { StopWorkers(); }
+
+  absl::Status Init() { return InitInput(input_dataset_, &input_); }
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end) override {
+    if (!started_) {
+      started_ = true;
+      // Open the first cycle_length inputs at once so that they start in parallel.
+      for (int i = 0; i < cycle_length_ && !end_of_input_; ++i) {
+        KILN_RETURN_IF_ERROR(Refill(i));
+      }
+      StartWorkers([this](int i) { WorkerLoop(i); });
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (stopping_ || ctx_.cancellation->cancelled()) {
+        return absl::CancelledError(absl::StrCat(path_, ": iterator cancelled"));
+      }
+      if (end_of_input_ && num_open_ == 0) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      Slot& slot = slots_[cycle_index_];
+      if (!slot.it) {
+        if (!end_of_input_) {
+          lock.unlock();
+          KILN_RETURN_IF_ERROR(Refill(cycle_index_));
+          lock.lock();
+          worker_cv_.notify_all();
+        } else {
+          AdvanceToNextInCycle();
+        }
+        continue;
+      }
+      int take_from = -1;
+      if (!slot.buffer.empty()) {
+        take_from = cycle_index_;
+      } else if (slot.exhausted) {
+        std::unique_ptr<IteratorBase> finished = std::move(slot.it);
+        slot.exhausted = false;
+        --num_open_;
+        const int index = cycle_index_;
+        AdvanceToNextInCycle();
+        lock.unlock();
+        finished.reset();
+        if (!end_of_input_) KILN_RETURN_IF_ERROR(Refill(index));
+        lock.lock();
+        worker_cv_.notify_all();
+        continue;
+      } else if (!deterministic_) {
+        for (int k = 1; k < cycle_length_; ++k) {
+          const int j = (cycle_index_ + k) % cycle_length_;
+          if (slots_[j].it && !slots_[j].buffer.empty()) {
+            take_from = j;
+            break;
+          }
+        }
+      }
+      if (take_from < 0) {
+        const int64_t start = NowNanos();
+        consumer_cv_.wait(lock);
+        RecordConsumerWait(start, NowNanos());
+        continue;
+      }
+      Slot& source = slots_[take_from];
+      Result result = std::move(source.buffer.front());
+      source.buffer.pop_front();
+      if (take_from == cycle_index_ && ++block_index_ == block_length_) AdvanceToNextInCycle();
+      lock.unlock();
+      worker_cv_.notify_one();
+      RecordDelivered();
+      if (!result.status.ok()) return result.status;
+      *out = std::move(result.element);
+      return absl::OkStatus();
+    }
+  }
+
+ private:
+  struct Result {
+    Element element;
+    absl::Status status;
+  };
+  struct Slot {
+    std::unique_ptr<IteratorBase> it;
+    std::deque<Result> buffer;
+    bool exhausted = false;
+    bool busy = false;
+  };
+
+  void AdvanceToNextInCycle() {
+    block_index_ = 0;
+    cycle_index_ = (cycle_index_ + 1) % cycle_length_;
+  }
+
+  // Consumer thread only (it alone touches input_); installs the next input's iterator.
+  absl::Status Refill(int index) {
+    Element arg;
+    bool input_end = false;
+    KILN_RETURN_IF_ERROR(input_->GetNext(&arg, &input_end));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (input_end) {
+      end_of_input_ = true;
+      return absl::OkStatus();
+    }
+    KILN_ASSIGN_OR_RETURN(Dataset ds, fn_(std::move(arg)));
+    IteratorContext ctx = ctx_.WithCancellation(input_cancellation_);
+    ctx.prefix = absl::StrCat(path_, "/fn");
+    KILN_ASSIGN_OR_RETURN(slots_[index].it, MakeInputIterator(ds, ctx));
+    slots_[index].exhausted = false;
+    ++num_open_;
+    return absl::OkStatus();
+  }
+
+  // The slot a worker should fill next: the first in consumer order that has room.
+  int PickSlotLocked() const {
+    for (int k = 0; k < cycle_length_; ++k) {
+      const int j = (cycle_index_ + k) % cycle_length_;
+      const Slot& s = slots_[j];
+      if (s.it && !s.busy && !s.exhausted && static_cast<int>(s.buffer.size()) < per_slot_limit_) {
+        return j;
+      }
+    }
+    return -1;
+  }
+
+  void WorkerLoop(int index) {
+    const std::string track = absl::StrCat(path_, " #", index);
+    uint32_t calls = 0;
+    while (true) {
+      int j;
+      IteratorBase* it;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (true) {
+          if (stopping_) return;
+          if (index < parallelism_ && active_workers_ < parallelism_) {
+            j = PickSlotLocked();
+            if (j >= 0) break;
+          }
+          worker_cv_.wait(lock);
+        }
+        slots_[j].busy = true;
+        ++active_workers_;
+        it = slots_[j].it.get();
+      }
+      Result result;
+      bool end = false;
+      const bool sample_cpu = (++calls & 7) == 1;
+      const int64_t cpu0 = sample_cpu ? ThreadCpuNanos() : 0;
+      const int64_t t0 = NowNanos();
+      result.status = it->GetNext(&result.element, &end);
+      const int64_t t1 = NowNanos();
+      RecordWork(t0, t1, sample_cpu ? ThreadCpuNanos() - cpu0 : 0, sample_cpu);
+      if (trace_ != nullptr) trace_->AddEvent(track, "GetNext", t0, t1);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Slot& slot = slots_[j];
+        slot.busy = false;
+        --active_workers_;
+        if (end && result.status.ok()) {
+          slot.exhausted = true;
+        } else {
+          slot.buffer.push_back(std::move(result));
+        }
+      }
+      consumer_cv_.notify_one();
+      worker_cv_.notify_one();
+    }
+  }
+
+  Dataset input_dataset_;
+  DatasetFn fn_;
+  const int cycle_length_;
+  const int block_length_;
+  const bool deterministic_;
+  std::unique_ptr<IteratorBase> input_;
+  int per_slot_limit_ = 2;
+  bool started_ = false;
+
+  // Guarded by mu_ (the base's), except what the consumer thread alone touches: input_ and
+  // the iterators it installs in empty slots.
+  std::vector<Slot> slots_;
+  int active_workers_ = 0;
+  int cycle_index_ = 0;
+  int block_index_ = 0;
+  int num_open_ = 0;
+  bool end_of_input_ = false;
+};
+
+class ParallelInterleaveNode : public DatasetNode {
+ public:
+  ParallelInterleaveNode(Dataset input, DatasetFn fn, int cycle_length, int block_length,
+                         int parallelism, bool deterministic)
+      : input_(std::move(input)),
+        fn_(std::move(fn)),
+        cycle_length_(cycle_length),
+        block_length_(block_length),
+        parallelism_(parallelism),
+        deterministic_(deterministic) {}
+  std::string name() const override { return "ParallelInterleave"; }
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    auto it = std::make_unique<ParallelInterleaveStage>(
+        ctx, input_, fn_, cycle_length_, block_length_, parallelism_, deterministic_);
+    KILN_RETURN_IF_ERROR(it->Init());
+    return std::unique_ptr<IteratorBase>(std::move(it));
+  }
+
+ private:
+  Dataset input_;
+  DatasetFn fn_;
+  int cycle_length_, block_length_, parallelism_;
+  bool deterministic_;
+};
+
+}  // namespace
+
+Dataset Dataset::Interleave(DatasetFn fn, int cycle_length, int block_length,
+                            int num_parallel_calls, bool deterministic) const {
+  if (!ok()) return *this;
+  if (!fn) return Dataset(absl::InvalidArgumentError("Interleave: empty function"));
+  if (cycle_length == 0 || cycle_length < kAutotune) {
+    return Dataset(absl::InvalidArgumentError(
+        absl::StrCat("Interleave: cycle_length must be > 0 or kAutotune, got ", cycle_length)));
+  }
+  if (block_length <= 0) {
+    return Dataset(absl::InvalidArgumentError(
+        absl::StrCat("Interleave: block_length must be > 0, got ", block_length)));
+  }
+  if (num_parallel_calls == kSequential) {
+    return MakeSequentialInterleave(*this, std::move(fn), cycle_length, block_length, "Interleave");
+  }
+  return Dataset(std::make_shared<ParallelInterleaveNode>(
+      *this, std::move(fn), cycle_length, block_length, num_parallel_calls, deterministic));
+}
+
+}  // namespace kiln::data
