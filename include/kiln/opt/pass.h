@@ -12,26 +12,27 @@
 //
 // Passes run in ascending `order` (ties by name); the manager runs the whole list until
 // nothing changes (at most a few rounds), verifies the graph after each pass (a pass that
-// breaks the graph is a bug: the error names the pass), and compacts the graph at the end.
+// breaks the graph is a bug: the error names the pass) and compacts the graph after each pass
+// that changed it.
 // Suggested orders: 100 cleanup/folding, 120-150 redundancy elimination, 200 algebraic
-// rewrites, 300 fusion, 400 layout, 900 DCE.
+// rewrites and compression, 300 fusion, 400 layout, 900 DCE.
 //
 // Every pass notes each rewrite with ctx.Note, naming the nodes it rewrote
 // (ir::Node::Describe(): "Conv 'conv1'"), e.g. "fused Conv 'conv1' + Relu 'relu1' into
 // FusedConv": `kiln inspect` then says what happened to which node, and the log counts
 // rewrites, not passes.
 //
-// Value types (ir::Value::type) are inferred before the first pass of a round whose order is
-// at least kFirstTypedPassOrder (after constant folding, whose results make more types
-// knowable), and again only after a pass that changed the graph without keeping types: not
-// before every pass, since inference over a large model costs as much as a pass. A pass
-// registered with KILN_REGISTER_PASS_KEEPING_TYPES promises that the values it adds or rewires
-// have the types inference would give them (a fused node takes over the value of the
-// pattern's last node, type included; Graph::AddConstant types a new constant), so the passes
-// after it read correct types without inference (opt_pass_convention_test checks the promise
-// of every such pass on real models). A pass registered with KILN_REGISTER_PASS may change
-// shapes freely (pruning channels, say); types are inferred again after it when it changed
-// something. Passes ordered below kFirstTypedPassOrder must not read inferred types.
+// Value types (ir::Value::type) are inferred before the first pass of a round whose order is at
+// least kFirstTypedPassOrder (after constant folding, whose results make more types knowable), and
+// again only after a pass that changed the graph without keeping types, not before every pass: for
+// passes that keep types that would only repeat work (bench/runtime/optimizer_bench.cc measures the
+// difference). A pass registered with KILN_REGISTER_PASS_KEEPING_TYPES promises that the values it
+// adds or rewires have the types inference would give them (a fused node takes over the value of
+// the pattern's last node, type included; Graph::AddConstant types a new constant), so the passes
+// after it read correct types without inference (opt_pass_convention_test checks the promise of
+// every such pass on real models). A pass registered with KILN_REGISTER_PASS may change shapes
+// freely (pruning channels, say); types are inferred again after it when it changed something.
+// Passes ordered below kFirstTypedPassOrder must not read inferred types.
 #pragma once
 
 #include <functional>
