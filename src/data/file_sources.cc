@@ -41,6 +41,7 @@ class FileReaderIterator : public IteratorBase {
         auto reader = open_(files_[index_++]);
         if (!reader.ok()) return reader.status();
         reader_ = std::move(*reader);
+        records_in_file_ = 0;
       }
       absl::Status s = read_(reader_.get(), out);
       if (absl::IsOutOfRange(s)) {
@@ -48,13 +49,54 @@ class FileReaderIterator : public IteratorBase {
         continue;
       }
       if (!s.ok()) reader_.reset();  // corrupt file: move on to the next on the next call
+      ++records_in_file_;
       return s;
     }
+  }
+
+  // Checkpoints: the file and the number of records read from it. A restore opens that file
+  // and reads past those records (the files before it are not read at all).
+  uint64_t StateConfig() const override { return ConfigFingerprint({int64_t(files_.size())}); }
+  absl::Status SaveInternal(StateWriter& w) override {
+    w.PutUint(index_);
+    w.PutBool(reader_ != nullptr);
+    w.PutInt(records_in_file_);
+    return absl::OkStatus();
+  }
+  absl::Status RestoreInternal(StateReader& r) override {
+    uint64_t index = 0;
+    bool open = false;
+    int64_t records = 0;
+    KILN_RETURN_IF_ERROR(r.GetUint(&index));
+    KILN_RETURN_IF_ERROR(r.GetBool(&open));
+    KILN_RETURN_IF_ERROR(r.GetInt(&records));
+    if (index > files_.size() || (open && index == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RestoreState: stage ", path(), " was saved at file ", index, " of ", files_.size()));
+    }
+    index_ = static_cast<size_t>(index);
+    reader_.reset();
+    records_in_file_ = 0;
+    if (!open) return absl::OkStatus();
+    auto reader = open_(files_[index_ - 1]);
+    if (!reader.ok()) return reader.status();
+    reader_ = std::move(*reader);
+    Element scratch;
+    for (; records_in_file_ < records; ++records_in_file_) {
+      absl::Status s = read_(reader_.get(), &scratch);
+      if (!s.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("RestoreState: ", files_[index_ - 1], " no longer has the ", records,
+                         " records read from it when the state was saved (", s.message(), ")"));
+      }
+    }
+    return absl::OkStatus();
   }
 
  private:
   std::vector<std::string> files_;
   size_t index_ = 0;
+  int64_t records_in_file_ = 0;  // read from the open file (errors included)
   OpenFn open_;
   ReadFn read_;
   std::decay_t<decltype(std::declval<OpenFn&>()(std::string()).value())> reader_;
