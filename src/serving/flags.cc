@@ -23,7 +23,9 @@ struct FlagSpec {
 // after "Kiln:" says what differs), then --use_tfrt, then Kiln's own.
 std::vector<FlagSpec> FlagTable(ServeFlags* f) {
   return {
-      {"port", &f->port, "TCP port to listen on for gRPC/HTTP API. Disabled if port set to zero."},
+      {"port", &f->port,
+       "TCP port to listen on for gRPC API. Kiln: 0 listens on a free port (TF Serving: 0 "
+       "disables gRPC)."},
       {"grpc_socket_path", &f->grpc_socket_path,
        "If non-empty, listen to a UNIX socket for gRPC API on the given path. Can be either "
        "relative or absolute path."},

@@ -22,7 +22,6 @@
 #include "google/protobuf/text_format.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
-#include "kiln/serving/deadline.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/tensor_proto.h"
 #include "tensorflow/core/protobuf/saved_model.pb.h"
@@ -117,11 +116,6 @@ absl::StatusOr<std::map<std::string, Tensor>> TimedRun(const runtime::Model& mod
 absl::StatusOr<std::map<std::string, Tensor>> ServableVersion::Run(
     const std::string& signature, std::map<std::string, Tensor> inputs,
     const std::string& api) const {
-  // A request whose deadline already passed (it waited for a gRPC thread, or decoding took
-  // it) is not run: its client has stopped waiting (deadline.h).
-  if (absl::Status expired = CheckRequestDeadline("before the model ran"); !expired.ok()) {
-    return expired;
-  }
   if (!batching_.has_value()) return TimedRun(*model_, signature, inputs, metrics_, name_, api);
   Batcher* batcher;
   {
@@ -415,71 +409,6 @@ std::string ModelPathInVersion(const ModelConfig& config, const std::string& dir
   return dir;
 }
 
-}  // namespace
-
-ServerCore::ServerCore(ServerCoreOptions options) : options_(std::move(options)) {
-  for (int i = 0; i < options_.num_unload_threads; ++i) {
-    unload_threads_.emplace_back([this] { UnloadLoop(); });
-  }
-}
-
-ServerCore::~ServerCore() {
-  Stop();
-  {
-    std::lock_guard<std::mutex> lock(unload_mu_);
-    unload_stopping_ = true;
-  }
-  unload_cv_.notify_all();
-  for (std::thread& thread : unload_threads_) thread.join();
-}
-
-void ServerCore::UnloadLoop() {
-  std::unique_lock<std::mutex> lock(unload_mu_);
-  while (true) {
-    if (unload_queue_.empty()) {
-      if (unload_stopping_) return;
-      unload_cv_.wait(lock);
-      continue;
-    }
-    std::shared_ptr<const ServableVersion> version = std::move(unload_queue_.back());
-    unload_queue_.pop_back();
-    lock.unlock();
-    version.reset();  // the model's memory is freed here (unless a request still holds it)
-    lock.lock();
-  }
-}
-
-void ServerCore::Release(std::vector<std::shared_ptr<const ServableVersion>> retired) {
-  if (retired.empty()) return;
-  if (unload_threads_.empty()) return;  // dropped here, as `retired` goes out of scope
-  {
-    std::lock_guard<std::mutex> lock(unload_mu_);
-    for (auto& version : retired) unload_queue_.push_back(std::move(version));
-  }
-  unload_cv_.notify_all();
-}
-
-absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersionWithRetries(
-    const ModelConfig& config, int64_t version) {
-  for (int attempt = 0;; ++attempt) {
-    auto loaded = LoadVersion(config, version);
-    if (loaded.ok() || attempt >= options_.max_num_load_retries) return loaded;
-    std::fprintf(stderr,
-                 "kiln serve: model %s version %lld failed to load (attempt %d of %d), retrying "
-                 "in %lld us: %s\n",
-                 config.name().c_str(), static_cast<long long>(version), attempt + 1,
-                 options_.max_num_load_retries + 1,
-                 static_cast<long long>(std::max<int64_t>(0, options_.load_retry_interval_micros)),
-                 std::string(loaded.status().message()).c_str());
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    if (options_.load_retry_interval_micros > 0) {
-      stop_cv_.wait_for(lock, std::chrono::microseconds(options_.load_retry_interval_micros),
-                        [this] { return stopping_; });
-    }
-    if (stopping_) return loaded;
-  }
-}
-
 // The folder of `version` under the base path; version folders may be zero-padded
 // ("00000123").
 std::string VersionDir(const ModelConfig& config, int64_t version) {
@@ -577,6 +506,71 @@ absl::Status CheckNotTfliteOnly(const std::string& version_dir) {
       absl::StrCat((dir / "model.tflite").string(),
                    ": Kiln cannot run TensorFlow Lite models (--prefer_tflite_model); serve the "
                    "SavedModel or an ONNX export of it"));
+}
+
+}  // namespace
+
+ServerCore::ServerCore(ServerCoreOptions options) : options_(std::move(options)) {
+  for (int i = 0; i < options_.num_unload_threads; ++i) {
+    unload_threads_.emplace_back([this] { UnloadLoop(); });
+  }
+}
+
+ServerCore::~ServerCore() {
+  Stop();
+  {
+    std::lock_guard<std::mutex> lock(unload_mu_);
+    unload_stopping_ = true;
+  }
+  unload_cv_.notify_all();
+  for (std::thread& thread : unload_threads_) thread.join();
+}
+
+void ServerCore::UnloadLoop() {
+  std::unique_lock<std::mutex> lock(unload_mu_);
+  while (true) {
+    if (unload_queue_.empty()) {
+      if (unload_stopping_) return;
+      unload_cv_.wait(lock);
+      continue;
+    }
+    std::shared_ptr<const ServableVersion> version = std::move(unload_queue_.back());
+    unload_queue_.pop_back();
+    lock.unlock();
+    version.reset();  // the model's memory is freed here (unless a request still holds it)
+    lock.lock();
+  }
+}
+
+void ServerCore::Release(std::vector<std::shared_ptr<const ServableVersion>> retired) {
+  if (retired.empty()) return;
+  if (unload_threads_.empty()) return;  // dropped here, as `retired` goes out of scope
+  {
+    std::lock_guard<std::mutex> lock(unload_mu_);
+    for (auto& version : retired) unload_queue_.push_back(std::move(version));
+  }
+  unload_cv_.notify_all();
+}
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersionWithRetries(
+    const ModelConfig& config, int64_t version) {
+  for (int attempt = 0;; ++attempt) {
+    auto loaded = LoadVersion(config, version);
+    if (loaded.ok() || attempt >= options_.max_num_load_retries) return loaded;
+    std::fprintf(stderr,
+                 "kiln serve: model %s version %lld failed to load (attempt %d of %d), retrying "
+                 "in %lld us: %s\n",
+                 config.name().c_str(), static_cast<long long>(version), attempt + 1,
+                 options_.max_num_load_retries + 1,
+                 static_cast<long long>(std::max<int64_t>(0, options_.load_retry_interval_micros)),
+                 std::string(loaded.status().message()).c_str());
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (options_.load_retry_interval_micros > 0) {
+      stop_cv_.wait_for(lock, std::chrono::microseconds(options_.load_retry_interval_micros),
+                        [this] { return stopping_; });
+    }
+    if (stopping_) return loaded;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ServerCore>> ServerCore::Create(ServerCoreOptions options,
@@ -736,14 +730,6 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
       jobs.push_back({&plan, version, absl::UnknownError("not loaded")});
     }
   }
-
-  // 4. Swap in the new configs and versions; unload what is no longer wanted (released after
-  // mu_ is let go, so that freeing a model never holds up a request's lookup).
-  std::vector<std::shared_ptr<const ServableVersion>> retired;
-  std::unique_lock<std::mutex> lock(mu_);
-  std::set<std::string> wanted;
-  for (Plan& plan : plans) {
-    const std::string& name = plan.config->name();
   RunParallel(options_.num_load_threads, jobs.size(), [&](size_t i) {
     jobs[i].result = LoadVersionWithRetries(*jobs[i].plan->config, jobs[i].version);
   });
@@ -761,6 +747,14 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
   if (options_.flush_filesystem_caches) {
     for (const Job& job : jobs) FlushFileCaches(VersionDir(*job.plan->config, job.version));
   }
+
+  // 4. Swap in the new configs and versions; unload what is no longer wanted (released after
+  // mu_ is let go, so that freeing a model never holds up a request's lookup).
+  std::vector<std::shared_ptr<const ServableVersion>> retired;
+  std::unique_lock<std::mutex> lock(mu_);
+  std::set<std::string> wanted;
+  for (Plan& plan : plans) {
+    const std::string& name = plan.config->name();
     wanted.insert(name);
     ModelEntry& entry = models_[name];
     entry.config = *plan.config;
@@ -786,26 +780,27 @@ absl::Status ServerCore::ReloadConfig(const ModelServerConfig& config) {
   }
   for (auto it = models_.begin(); it != models_.end();) {
     if (wanted.count(it->first) == 0) {
+      for (auto& [version, v] : it->second.versions) {
+        if (v.servable != nullptr) retired.push_back(std::move(v.servable));
+      }
       it = models_.erase(it);  // in-flight requests keep their versions alive
     } else {
       ++it;
     }
   }
   has_config_ = true;
-      for (auto& [version, v] : it->second.versions) {
-        if (v.servable != nullptr) retired.push_back(std::move(v.servable));
-      }
+  lock.unlock();
+  Release(std::move(retired));
   return absl::OkStatus();
 }
 
 void ServerCore::PollNow() {
   std::lock_guard<std::mutex> poll_lock(poll_mu_);
   PollModels(ModelNames()).IgnoreError();
-  lock.unlock();
-  Release(std::move(retired));
 }
 
 absl::Status ServerCore::PollModels(const std::vector<std::string>& names) {
+  std::mutex error_mu;
   absl::Status first_error;
   // With num_load_threads > 1, models are polled (and their versions loaded) side by side.
   RunParallel(options_.num_load_threads, names.size(), [&](size_t i) {
@@ -824,7 +819,6 @@ absl::Status ServerCore::PollModel(const std::string& name) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = models_.find(name);
-  std::mutex error_mu;
       if (it == models_.end()) return absl::OkStatus();
       config = it->second.config;
     }
@@ -871,16 +865,16 @@ absl::Status ServerCore::PollModel(const std::string& name) {
         entry.status.state = ModelVersionStatus::AVAILABLE;
         std::fprintf(stderr, "kiln serve: model %s version %lld is available\n", name.c_str(),
                      static_cast<long long>(version));
+        // TF Serving flushes after each later load only when loads are not parallel (a
+        // parallel load may still be reading its files).
+        if (options_.flush_filesystem_caches && options_.num_load_threads <= 1) {
+          FlushFileCaches(VersionDir(config, version));
+        }
       } else {
         // A version of the same number from an old base path keeps serving.
         if (entry.servable == nullptr) {
           entry.status.state = ModelVersionStatus::END;
           entry.source_path = config.base_path();
-        }
-        // TF Serving flushes after each later load only when loads are not parallel (a
-        // parallel load may still be reading its files).
-        if (options_.flush_filesystem_caches && options_.num_load_threads <= 1) {
-          FlushFileCaches(VersionDir(config, version));
         }
         entry.status.status = loaded.status();
         std::fprintf(stderr, "kiln serve: model %s version %lld failed to load: %s\n", name.c_str(),
@@ -901,6 +895,7 @@ absl::Status ServerCore::PollModel(const std::string& name) {
     }
     RetireVersions(name, it->second, aspired, *present, deficit, &retired);
   }
+  Release(std::move(retired));
   return first_error;
 }
 
@@ -908,7 +903,6 @@ void ServerCore::RetireVersions(const std::string& name, ModelEntry& entry,
                                 const std::set<int64_t>& aspired,
                                 const std::vector<int64_t>& present, size_t deficit,
                                 std::vector<std::shared_ptr<const ServableVersion>>* retired) {
-  Release(std::move(retired));
   auto listed = [&](int64_t version) {
     return std::binary_search(present.begin(), present.end(), version);
   };
@@ -924,13 +918,13 @@ void ServerCore::RetireVersions(const std::string& name, ModelEntry& entry,
   }
   for (auto& [version, v] : entry.versions) {
     if (!aspired.count(version) && !keep.count(version) && v.servable != nullptr) {
+      retired->push_back(std::move(v.servable));
       v.servable.reset();
       v.status.state = ModelVersionStatus::END;
       std::fprintf(stderr, "kiln serve: model %s version %lld unloaded\n", name.c_str(),
                    static_cast<long long>(version));
     }
     // A failed version whose folder went away may be retried when it reappears.
-      retired->push_back(std::move(v.servable));
     if (!listed(version) && !v.status.status.ok()) v.status.status = absl::OkStatus();
   }
 }
@@ -943,13 +937,13 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
     KILN_ASSIGN_OR_RETURN(batching, PerModelBatching(version_dir, *options_.batching));
   }
   const std::string path = ModelPathInVersion(config, version_dir);
+  KILN_RETURN_IF_ERROR(CheckNotTfliteOnly(version_dir));
   const int64_t start_ns = NowNanos();
   auto model = options_.loader(path, options_.model_options);
   ServingMetrics* metrics = options_.metrics;
   if (metrics != nullptr) {
     metrics->load_attempt_count.Increment({path, model.ok() ? "success" : "fail"});
   }
-  KILN_RETURN_IF_ERROR(CheckNotTfliteOnly(version_dir));
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", path));
   if (metrics != nullptr) metrics->load_latency.Increment({path}, (NowNanos() - start_ns) / 1e3);
   auto servable = std::make_shared<ServableVersion>(
@@ -993,12 +987,6 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
       metrics->model_warmup_latency.Observe({path}, (NowNanos() - warmup_start_ns) / 1e3);
     }
   }
-  return std::shared_ptr<const ServableVersion>(std::move(servable));
-}
-
-absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
-    const ModelSpecRef& spec) const {
-  std::lock_guard<std::mutex> lock(mu_);
   if (options_.log_loaded_models) {
     // The server's load log: what the importer and the optimizer made of this version.
     std::fprintf(stderr, "kiln serve: model %s version %lld loaded from %s%s\n%s",
@@ -1008,6 +996,12 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
                      : "",
                  (*model)->Inspect().c_str());
   }
+  return std::shared_ptr<const ServableVersion>(std::move(servable));
+}
+
+absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::Lookup(
+    const ModelSpecRef& spec) const {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(spec.name);
   const absl::Status not_found =
       absl::NotFoundError(absl::StrCat("Servable not found for request: ", spec.DebugString()));
