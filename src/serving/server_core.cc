@@ -22,6 +22,7 @@
 #include "google/protobuf/text_format.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/status.h"
+#include "kiln/serving/deadline.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/tensor_proto.h"
 #include "tensorflow/core/protobuf/saved_model.pb.h"
@@ -116,6 +117,11 @@ absl::StatusOr<std::map<std::string, Tensor>> TimedRun(const runtime::Model& mod
 absl::StatusOr<std::map<std::string, Tensor>> ServableVersion::Run(
     const std::string& signature, std::map<std::string, Tensor> inputs,
     const std::string& api) const {
+  // A request whose deadline already passed (it waited for a gRPC thread, or decoding took
+  // it) is not run: its client has stopped waiting (deadline.h).
+  if (absl::Status expired = CheckRequestDeadline("before the model ran"); !expired.ok()) {
+    return expired;
+  }
   if (!batching_.has_value()) return TimedRun(*model_, signature, inputs, metrics_, name_, api);
   Batcher* batcher;
   {
