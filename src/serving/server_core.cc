@@ -25,6 +25,7 @@
 #include "kiln/serving/deadline.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/tensor_proto.h"
+#include "kiln/serving/warmup_calibration.h"
 #include "tensorflow/core/protobuf/saved_model.pb.h"
 
 namespace kiln::serving {
@@ -945,7 +946,13 @@ absl::StatusOr<std::shared_ptr<const ServableVersion>> ServerCore::LoadVersion(
   const std::string path = ModelPathInVersion(config, version_dir);
   KILN_RETURN_IF_ERROR(CheckNotTfliteOnly(version_dir));
   const int64_t start_ns = NowNanos();
-  auto model = options_.loader(path, options_.model_options);
+  runtime::ModelOptions model_options = options_.model_options;
+  if ((model_options.allow_compression || model_options.mixed_precision_bf16) &&
+      model_options.calibration_inputs.empty() && model_options.calibration_inputs_dir.empty()) {
+    // The version's warmup requests calibrate compression and feed its accuracy guard.
+    KILN_ASSIGN_OR_RETURN(model_options.calibration_inputs, WarmupCalibrationInputs(version_dir));
+  }
+  auto model = options_.loader(path, model_options);
   ServingMetrics* metrics = options_.metrics;
   if (metrics != nullptr) {
     metrics->load_attempt_count.Increment({path, model.ok() ? "success" : "fail"});
