@@ -241,6 +241,38 @@ class PyIterator {
     Check(shared_->iterator->WriteTrace(path));
   }
 
+  // Checkpoints. Both run between GetNext calls (under iterator_mu, with no request in flight),
+  // which is what Iterator::SaveState / RestoreState require of their thread.
+  py::bytes GetState() {
+    CheckIdle("get_state");
+    absl::StatusOr<std::string> state;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(shared_->iterator_mu);
+      state = shared_->iterator->SaveState();
+    }
+    if (!state.ok()) ThrowStatus(state.status());
+    return py::bytes(*state);
+  }
+
+  void SetState(const std::string& state) {
+    CheckIdle("set_state");
+    if (pulled_) {
+      ThrowStatusAs(absl::StatusCode::kFailedPrecondition,
+                    absl::FailedPreconditionError(
+                        "set_state: the iterator has produced elements; restore into a new one "
+                        "(iter(dataset).set_state(state))"));
+    }
+    absl::Status status;
+    {
+      // Restoring replays the inputs from their sources; Python functions may run meanwhile.
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(shared_->iterator_mu);
+      status = shared_->iterator->RestoreState(state);
+    }
+    Check(status);
+  }
+
   int64_t PeakBufferedBytes() const {
     std::lock_guard<std::mutex> lock(shared_->iterator_mu);
     return shared_->iterator->peak_buffered_bytes();
@@ -288,7 +320,16 @@ class PyIterator {
     s.iterator.reset();
   }
 
+  void CheckIdle(const char* what) const {
+    if (pending_) {
+      ThrowStatusAs(absl::StatusCode::kFailedPrecondition,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        what, ": an interrupted next() is still in flight; call next() first")));
+    }
+  }
+
   absl::Status Pull(Element* element, bool* end) {
+    pulled_ = true;
     if (!pending_) {
       {
         std::lock_guard<std::mutex> lock(shared_->mu);
@@ -319,6 +360,7 @@ class PyIterator {
   std::shared_ptr<Shared> shared_;
   std::thread thread_;
   bool pending_ = false;  // a request was made whose result has not been taken
+  bool pulled_ = false;   // next() was called: too late to restore a state
   py::object from_dlpack_;
 };
 
@@ -443,6 +485,16 @@ void RegisterData(py::module_& m) {
       .def("__next__", &PyIterator::Next)
       .def("stats", &PyIterator::Stats, py::call_guard<py::gil_scoped_release>(),
            "Per-stage statistics so far and the bottleneck stage.")
+      .def("get_state", &PyIterator::GetState,
+           "The iterator's position as bytes (positions and seeds, never buffered elements).")
+      .def(
+          "set_state",
+          [](py::object self, const std::string& state) {
+            self.cast<PyIterator&>().SetState(state);
+            return self;
+          },
+          "Moves a new iterator of the same pipeline (in any process) to a position that "
+          "get_state() returned; returns the iterator.")
       .def("write_trace", &PyIterator::WriteTrace, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("peak_buffered_bytes", &PyIterator::PeakBufferedBytes,
                              py::call_guard<py::gil_scoped_release>());
