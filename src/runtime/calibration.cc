@@ -1,5 +1,7 @@
 #include "kiln/runtime/calibration.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,39 +32,89 @@ bool Observed(const ir::Node& node) {
 // pairs) when a larger magnitude arrives, so one pass over the examples is enough.
 class AbsHistogram {
  public:
-  explicit AbsHistogram(int bins) : bins_(bins, 0) {}
+  explicit AbsHistogram(int bins) : bins_(bins, 0), copies_(4 * static_cast<size_t>(bins), 0) {}
 
+  // Two passes over the data, both vectorized: min/max and the largest finite magnitude, then
+  // bin indices (a NaN gets a negative one and is skipped); the increments go to four
+  // interleaved copies of the bins, so that runs of one bin (the zeros after a Relu) do not
+  // wait on each other's stores. About 1 ns per element instead of 6 (ResNet-18 calibration
+  // spent more time here than in the network).
   void Add(const float* data, int64_t n) {
-    float batch_max = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = data[i];
-      if (std::isnan(v)) continue;  // NaN has no range; it must not poison min/max.
-      min_ = std::min(min_, v);
-      max_ = std::max(max_, v);
-      batch_max = std::max(batch_max, std::fabs(v));
-    }
-    if (!std::isfinite(batch_max)) {
-      // Infinities cannot be binned; they saturate whatever range is chosen.
-      batch_max = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float a = std::fabs(data[i]);
-        if (std::isfinite(a)) batch_max = std::max(batch_max, a);
+    float lo = min_, hi = max_, batch_max = 0;
+    int64_t i = 0;
+#ifdef __AVX2__
+    {
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+      __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vmax = _mm256_setzero_ps();
+      for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(data + i);
+        // min/max return the second operand when the first is NaN: NaN never gets in.
+        vlo = _mm256_min_ps(v, vlo);
+        vhi = _mm256_max_ps(v, vhi);
+        const __m256 a = _mm256_andnot_ps(sign, v);
+        const __m256 finite = _mm256_cmp_ps(a, inf, _CMP_LT_OQ);
+        vmax = _mm256_max_ps(_mm256_and_ps(a, finite), vmax);
+      }
+      alignas(32) float l[8], h[8], m[8];
+      _mm256_store_ps(l, vlo);
+      _mm256_store_ps(h, vhi);
+      _mm256_store_ps(m, vmax);
+      for (int k = 0; k < 8; ++k) {
+        lo = std::min(lo, l[k]);
+        hi = std::max(hi, h[k]);
+        batch_max = std::max(batch_max, m[k]);
       }
     }
+#endif
+    for (; i < n; ++i) {
+      const float v = data[i];
+      if (std::isnan(v)) continue;  // NaN has no range; it must not poison min/max.
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+      // Infinities cannot be binned; they saturate whatever range is chosen.
+      if (std::isfinite(v)) batch_max = std::max(batch_max, std::fabs(v));
+    }
+    min_ = lo;
+    max_ = hi;
     if (range_ == 0 && batch_max > 0) range_ = batch_max;
     while (batch_max >= range_ && range_ > 0) Widen();
     const int nb = static_cast<int>(bins_.size());
     const float per_unit = range_ > 0 ? nb / range_ : 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = std::fabs(data[i]);
-      if (std::isnan(a)) continue;
-      ++count_;
-      if (!std::isfinite(a)) {
-        ++bins_[nb - 1];
-        continue;
+    const float last = static_cast<float>(nb - 1);
+    constexpr int64_t kChunk = 4096;
+    int32_t index[kChunk];
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+      const int64_t len = std::min(kChunk, n - begin);
+      const float* d = data + begin;
+      int64_t j = 0;
+#ifdef __AVX2__
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      const __m256 scale = _mm256_set1_ps(per_unit), cap = _mm256_set1_ps(last);
+      for (; j + 8 <= len; j += 8) {
+        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(d + j));
+        // min(cap, x) returns x when x is NaN: truncation then gives INT_MIN (skipped below);
+        // an infinity lands in the last bin.
+        const __m256 b = _mm256_min_ps(cap, _mm256_mul_ps(a, scale));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(index + j), _mm256_cvttps_epi32(b));
       }
-      const int b = std::min(nb - 1, static_cast<int>(a * per_unit));
-      ++bins_[b];
+#endif
+      for (; j < len; ++j) {
+        const float a = std::fabs(d[j]);
+        index[j] = std::isnan(a) ? -1 : static_cast<int32_t>(std::min(last, a * per_unit));
+      }
+      for (j = 0; j < len; ++j) {
+        const int32_t b = index[j];
+        if (b < 0) continue;
+        ++copies_[(j & 3) * nb + b];
+        ++count_;
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      for (int b = 0; b < nb; ++b) {
+        bins_[b] += copies_[c * nb + b];
+        copies_[c * nb + b] = 0;
+      }
     }
   }
 
@@ -170,7 +222,8 @@ class AbsHistogram {
   }
 
   std::vector<uint64_t> bins_;
-  float range_ = 0;  // 0: nothing but zeros so far (everything in bin 0)
+  std::vector<uint64_t> copies_;  // Add's four interleaved partial histograms (zero between calls)
+  float range_ = 0;               // 0: nothing but zeros so far (everything in bin 0)
   uint64_t count_ = 0;
   float min_ = std::numeric_limits<float>::infinity();
   float max_ = -std::numeric_limits<float>::infinity();
@@ -253,12 +306,14 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
     }
   }
 
-  // The graph to run: every observed value becomes an output. Layouts go back to plain, since
-  // a graph output is returned as NCHW (the values are the same in any layout).
+  // The graph to run: every observed value becomes an output. Values between convolutions
+  // keep the layout the optimizer chose (nhwc, nChw8c, nChw16c), and the plan returns their
+  // bytes as they are: ir::Verify would refuse such an output, since a caller would read it as
+  // NCHW, but a range does not depend on the order of the elements, and these layouts are
+  // only chosen where the channels fill every block (no padding bytes). Resetting them to
+  // plain instead made every convolution reorder its input and output, which took calibration
+  // from the fp32 model's speed to 2.4x slower (ResNet-18, AVX-512).
   auto observed = std::make_shared<ir::Graph>(graph);
-  for (ir::ValueId v = 0; v < observed->num_values(); ++v) {
-    observed->value(v).layout = ir::MemoryLayout::kPlain;
-  }
   KILN_RETURN_IF_ERROR(ir::InferShapes(*observed));
   std::set<ir::ValueId> wanted;
   for (const ir::Node& node : observed->nodes()) {
