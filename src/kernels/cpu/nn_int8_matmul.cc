@@ -11,6 +11,8 @@
 // has avx512_bf16/AMX; elsewhere products of a few rows widen the bf16 weights as they read
 // them (half the bytes of fp32: these products wait on memory), and larger ones use an fp32
 // copy packed once per model.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -180,12 +182,34 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
   }
 
   // Row r of A into u8 with its own scale and zero point; marks rows holding NaN or Inf.
+  // The row scan and its conversion in AVX2 (Kiln's baseline ISA): the compiler keeps float
+  // min/max and sums scalar (NaN and associativity rules), and this runs over every element
+  // of A on every call.
   void QuantizeRow(const float* a, uint8_t* q, float* scale, int32_t* zero, uint8_t* bad) const {
+    const __m256 zero_ps = _mm256_setzero_ps();
+    __m256 lo8 = zero_ps, hi8 = zero_ps, poison8 = zero_ps;
+    int64_t i = 0;
+    for (; i + 8 <= k_; i += 8) {
+      const __m256 v = _mm256_loadu_ps(a + i);
+      lo8 = _mm256_min_ps(lo8, v);
+      hi8 = _mm256_max_ps(hi8, v);
+      // NaN exactly when some element is NaN or +-Inf (x * 0).
+      poison8 = _mm256_add_ps(poison8, _mm256_mul_ps(v, zero_ps));
+    }
+    alignas(32) float lo_l[8], hi_l[8], poison_l[8];
+    _mm256_store_ps(lo_l, lo8);
+    _mm256_store_ps(hi_l, hi8);
+    _mm256_store_ps(poison_l, poison8);
     float lo = 0.0f, hi = 0.0f, poison = 0.0f;
-    for (int64_t i = 0; i < k_; ++i) {
+    for (int l = 0; l < 8; ++l) {
+      lo = std::min(lo, lo_l[l]);
+      hi = std::max(hi, hi_l[l]);
+      poison += poison_l[l];
+    }
+    for (; i < k_; ++i) {
       lo = std::min(lo, a[i]);
       hi = std::max(hi, a[i]);
-      poison += a[i] * 0.0f;  // NaN exactly when some a[i] is NaN or +-Inf
+      poison += a[i] * 0.0f;
     }
     *bad = poison != 0.0f || std::isnan(poison);
     if (*bad) {
@@ -198,11 +222,26 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     const float inv = 1.0f / s;
     // lo <= 0 <= hi, so 0 is a code: zero = round(-lo / s) in [0, 255].
     const int32_t z = std::clamp(static_cast<int32_t>(-lo * inv + 0.5f), 0, 255);
+    // a * inv + z lies in [-0.5, 255.5] up to rounding: + 0.5 and truncation rounds it.
     const float zf = static_cast<float>(z) + 0.5f;
-    for (int64_t i = 0; i < k_; ++i) {
-      // a * inv + z lies in [-0.5, 255.5] up to rounding: + 0.5 and truncation rounds it.
-      const float v = std::clamp(a[i] * inv + zf, 0.0f, 255.0f);
-      q[i] = static_cast<uint8_t>(v);
+    const __m256 inv8 = _mm256_set1_ps(inv), zf8 = _mm256_set1_ps(zf);
+    const __m256 max8 = _mm256_set1_ps(255.0f);
+    i = 0;
+    for (; i + 16 <= k_; i += 16) {
+      const __m256 v0 = _mm256_min_ps(
+          _mm256_max_ps(_mm256_fmadd_ps(_mm256_loadu_ps(a + i), inv8, zf8), zero_ps), max8);
+      const __m256 v1 = _mm256_min_ps(
+          _mm256_max_ps(_mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), inv8, zf8), zero_ps), max8);
+      // Truncate to int32, pack to 16 x int16 then 16 x u8 (values are in [0, 255], so the
+      // saturating packs change nothing); the packs work per 128-bit lane, hence the permute.
+      const __m256i w = _mm256_packs_epi32(_mm256_cvttps_epi32(v0), _mm256_cvttps_epi32(v1));
+      const __m256i w_ordered = _mm256_permute4x64_epi64(w, 0xD8);
+      const __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w_ordered),
+                                         _mm256_extracti128_si256(w_ordered, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), b);
+    }
+    for (; i < k_; ++i) {
+      q[i] = static_cast<uint8_t>(std::clamp(a[i] * inv + zf, 0.0f, 255.0f));
     }
     *scale = s;
     *zero = z;
