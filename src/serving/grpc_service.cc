@@ -63,6 +63,11 @@ void Resolve(const ServableVersion& servable, const std::string& name, Resolved*
   out->signature = (*found)->key;
 }
 
+// The client's deadline; none for an in-process call without a context (tests make those).
+int64_t DeadlineOf(const grpc::ServerContext* context) {
+  return context == nullptr ? 0 : RequestDeadlineScope::FromSystemDeadline(context->deadline());
+}
+
 // logging_config: a sampled share of the model's successful requests, with the spec they were
 // answered with (the version and signature they resolved to).
 template <typename Fill>
@@ -101,7 +106,7 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext* context,
                                             PredictResponse* response) {
   RpcCounter::Scope rpc(counter_);
   // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
+  RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -145,7 +150,7 @@ grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext* context,
                                              ClassificationResponse* response) {
   RpcCounter::Scope rpc(counter_);
   // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
+  RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -175,7 +180,7 @@ grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext* context,
                                             RegressionResponse* response) {
   RpcCounter::Scope rpc(counter_);
   // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
+  RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
   Resolved resolved;
   const absl::Status status = Guarded([&]() -> absl::Status {
@@ -205,7 +210,7 @@ grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext* context,
                                                    MultiInferenceResponse* response) {
   RpcCounter::Scope rpc(counter_);
   // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
+  RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
   std::string model;
   const absl::Status status = Guarded([&]() -> absl::Status {

@@ -230,7 +230,9 @@ grpc::Status KServeGrpcService::ModelInfer(grpc::ServerContext* context,
                                            const inference::ModelInferRequest* request,
                                            inference::ModelInferResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  RequestDeadlineScope deadline(RequestDeadlineScope::FromSystemDeadline(context->deadline()));
+  // None for an in-process call without a context.
+  RequestDeadlineScope deadline(
+      context == nullptr ? 0 : RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   std::string version, signature_key;
   const absl::Status status = Guarded([&]() -> absl::Status {
