@@ -182,6 +182,62 @@ void AsyncStage::SetBufferLimit(int64_t elements) {
   worker_cv_.notify_all();
 }
 
+void AsyncStage::SnapshotInputLocked() {
+  if (!config_.deterministic || !snapshot_status_.ok()) return;  // nothing to restore exactly
+  // Snapshots before the consumer's position are not needed once a later one is also at or
+  // before it.
+  const int64_t consumed = consumed_.load(std::memory_order_relaxed);
+  while (snapshots_.size() >= 2 && snapshots_[1].seq <= consumed) snapshots_.pop_front();
+  StateWriter writer;
+  snapshot_status_ = input_->Save(writer);
+  snapshots_.push_back({next_seq_, writer.payload()});
+}
+
+absl::Status AsyncStage::SaveInternal(StateWriter& writer) {
+  if (!config_.deterministic) return IteratorBase::SaveInternal(writer);
+  // Holding the input lock: no worker pulls (or snapshots) while the state is read.
+  std::lock_guard<std::mutex> input_lock(input_mu_);
+  KILN_RETURN_IF_ERROR(snapshot_status_);
+  int64_t position = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    position = base_seq_;
+  }
+  if (position == next_seq_) {  // nothing pulled ahead: the input's state now
+    StateWriter input;
+    KILN_RETURN_IF_ERROR(input_->Save(input));
+    writer.PutString(input.payload());
+    writer.PutInt(0);
+    return absl::OkStatus();
+  }
+  const Snapshot* at = nullptr;
+  for (const Snapshot& s : snapshots_) {
+    if (s.seq <= position) at = &s;
+  }
+  if (at == nullptr || (!one_to_one() && at->seq != position)) {
+    return absl::InternalError(absl::StrCat(
+        "SaveState: stage ", path_, " has no snapshot of its input at position ", position));
+  }
+  writer.PutString(at->records);
+  writer.PutInt(position - at->seq);
+  return absl::OkStatus();
+}
+
+absl::Status AsyncStage::RestoreInternal(StateReader& reader) {
+  if (!config_.deterministic) return IteratorBase::RestoreInternal(reader);
+  std::string records;
+  int64_t skip = 0;
+  KILN_RETURN_IF_ERROR(reader.GetString(&records));
+  KILN_RETURN_IF_ERROR(reader.GetInt(&skip));
+  if (skip < 0 || (skip > 0 && !one_to_one())) {
+    return absl::DataLossError(absl::StrCat("RestoreState: corrupt record of stage ", path_));
+  }
+  StateReader input_reader = StateReader::OverPayload(records);
+  KILN_RETURN_IF_ERROR(input_->Restore(input_reader));
+  KILN_RETURN_IF_ERROR(input_reader.CheckDone());
+  return SkipInputExactly(input_.get(), skip);
+}
+
 absl::Status AsyncStage::SkipInternal(int64_t n, int64_t* skipped) {
   if (workers_started() || !one_to_one()) return IteratorBase::SkipInternal(n, skipped);
   return input_->Skip(n, skipped);
@@ -210,6 +266,7 @@ absl::Status AsyncStage::GetNextInternal(Element* out, bool* end) {
     result = std::move(slots_.front());
     slots_.pop_front();
     ++base_seq_;
+    consumed_.store(base_seq_, std::memory_order_relaxed);
   } else {
     result = std::move(ready_.front());
     ready_.pop_front();
@@ -301,7 +358,9 @@ void AsyncStage::WorkerLoop(int index) {
     {
       std::lock_guard<std::mutex> input_lock(input_mu_);
       first_seq = next_seq_;
+      if (one_to_one() && !input_exhausted_) SnapshotInputLocked();
       while (got < want && !input_exhausted_) {
+        if (!one_to_one()) SnapshotInputLocked();
         bool end = false;
         units[got].elements.clear();
         units[got].seq = next_seq_;

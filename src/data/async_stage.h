@@ -141,9 +141,16 @@ class AsyncStage : public AsyncStageBase {
   virtual bool one_to_one() const { return false; }
 
   absl::Status GetNextInternal(Element* out, bool* end) override;
-  // Checkpoints: the default records the elements handed to the consumer; elements in flight
-  // or buffered are recomputed after a restore. Before the workers start, a one-to-one stage
-  // skips by skipping its input.
+  // Checkpoints. Workers pull ahead of the consumer, so the input's state at the consumer's
+  // position is one the input had earlier: before each turn's pull a worker snapshots the
+  // input's state (one turn of a one-to-one stage, or one input unit of any other), and a save
+  // records the latest snapshot at or before the consumer's position plus the units pulled
+  // since (one-to-one only). A restore restores the input to the snapshot and skips those;
+  // elements that were in flight or buffered are computed again. Snapshots the consumer has
+  // passed are dropped, so a handful are kept.
+  absl::Status SaveInternal(StateWriter& writer) override;
+  absl::Status RestoreInternal(StateReader& reader) override;
+  // Before the workers start, a one-to-one stage skips by skipping its input.
   absl::Status SkipInternal(int64_t n, int64_t* skipped) override;
 
   void MeasureBufferLocked(Measurement* m) override;
@@ -173,9 +180,20 @@ class AsyncStage : public AsyncStageBase {
   Dataset input_dataset_;
   std::unique_ptr<IteratorBase> input_;
 
+  // The input's state before a pull (see SaveInternal).
+  void SnapshotInputLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(input_mu_);
+  struct Snapshot {
+    int64_t seq;          // units pulled before it
+    std::string records;  // the input's records (StateWriter::payload)
+  };
+
   std::mutex input_mu_;
   bool input_exhausted_ ABSL_GUARDED_BY(input_mu_) = false;
   int64_t next_seq_ ABSL_GUARDED_BY(input_mu_) = 0;
+  std::deque<Snapshot> snapshots_ ABSL_GUARDED_BY(input_mu_);
+  absl::Status snapshot_status_ ABSL_GUARDED_BY(input_mu_);
+  // Units the consumer has taken (base_seq_, readable without mu_ to drop old snapshots).
+  std::atomic<int64_t> consumed_{0};
 
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   int64_t end_seq_ ABSL_GUARDED_BY(mu_) = 0;

@@ -37,6 +37,8 @@ class StateWriter {
   void PutString(std::string_view s);
   // The whole state: header, payload and CRC.
   std::string Finish() const;
+  // The records alone (a stage nests its input's records, saved earlier, in its own).
+  const std::string& payload() const { return payload_; }
 
  private:
   std::string payload_;
@@ -46,6 +48,12 @@ class StateReader {
  public:
   // Checks the header and CRC of a whole state.
   static absl::Status Open(std::string_view state, StateReader* reader);
+  // Reads records nested in a field (a StateWriter's payload()).
+  static StateReader OverPayload(std::string_view payload) {
+    StateReader reader;
+    reader.in_ = payload;
+    return reader;
+  }
   // InvalidArgument naming `path` when the next record is not this stage's.
   absl::Status BeginStage(std::string_view name, uint64_t config, const std::string& path);
   absl::Status GetUint(uint64_t* v);

@@ -161,6 +161,16 @@ class MapAndBatchIterator : public IteratorBase {
   uint64_t StateConfig() const override {
     return ConfigFingerprint({spec_.batch_size, spec_.drop_remainder});
   }
+  // In order, the map's consumer position is exactly batch_size per batch handed out, so the
+  // map stage's own state (a snapshot of its input) is this stage's.
+  absl::Status SaveInternal(StateWriter& writer) override {
+    if (!spec_.deterministic) return IteratorBase::SaveInternal(writer);
+    return map_->Save(writer);
+  }
+  absl::Status RestoreInternal(StateReader& reader) override {
+    if (!spec_.deterministic) return IteratorBase::RestoreInternal(reader);
+    return map_->Restore(reader);
+  }
   // In order, every batch but the last takes exactly batch_size inputs (a failed element
   // fails its batch but keeps its place), so n batches are n * batch_size map inputs, skipped
   // without calling the function. Slot positions count from the first element after the

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -192,6 +193,48 @@ TEST(CheckpointTest, ImagePipelineStateIsAtMostFourKilobytes) {
   auto restored = ds.MakeIterator();
   ASSERT_TRUE((*restored)->RestoreState(*state).ok());
   EXPECT_EQ(Continue(restored->get(), 20), expected);
+}
+
+// Parallel stages pull ahead of their consumer; their state is a snapshot of their input's
+// position taken before the worker's turn that the consumer is in, plus the units pulled since
+// in that turn. A restore under a Prefetch or a parallel Map moves the synchronous stages
+// below by position and computes again only that part of a turn (a turn is sized to ~50 us
+// of work), not the elements before it.
+TEST(CheckpointTest, RestoreBelowAParallelStageDoesNotRerunFunctions) {
+  auto calls = std::make_shared<std::atomic<int64_t>>(0);
+  MapFn counted = [calls](Element e) -> absl::StatusOr<Element> {
+    calls->fetch_add(1);
+    return e;
+  };
+  for (int parallel : {kSequential, 3}) {
+    SCOPED_TRACE(parallel);
+    Dataset ds = Dataset::Range(1000)
+                     .Map(counted, parallel)
+                     .Filter([](const Element& e) {
+                       return absl::StatusOr<bool>(*e[0].data<int64_t>() % 3 != 0);
+                     })
+                     .Batch(10)
+                     .Repeat(3)
+                     .Prefetch(2);
+    auto it = ds.MakeIterator();
+    ASSERT_TRUE(it.ok());
+    calls->store(0);
+    Continue(it->get(), 190);  // near the end of the third epoch
+    const int64_t calls_before_save = calls->load();
+    auto state = (*it)->SaveState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    const std::vector<std::string> expected = Continue(it->get(), 30);
+    auto restored = ds.MakeIterator();
+    calls->store(0);
+    ASSERT_TRUE((*restored)->RestoreState(*state).ok());
+    // A replay from the start would call it calls_before_save (2,850+) times; the restore
+    // computes a turn of the Prefetch (2 batches, 30 calls) and, with a parallel map, that
+    // map's read-ahead (at most its 3 workers x 128-element turns).
+    EXPECT_GT(calls_before_save, 2800);
+    EXPECT_LT(calls->load(), 30 + 3 * 128 + 30)
+        << "function calls during RestoreState, against " << calls_before_save << " before";
+    EXPECT_EQ(Continue(restored->get(), 30), expected);
+  }
 }
 
 int64_t ThreadCpuNanos() {
