@@ -41,8 +41,9 @@ int Penguin(const std::string& path, int rounds, int iterations) {
   if (!model.ok()) return Fail(model.status());
   kiln::serving::ServableVersion servable("penguin", 1, *model, std::nullopt, nullptr);
   const std::string body =
-      R"({"examples": [{"culmen_length_mm": 49.9, "culmen_depth_mm": 16.1, )"
-      R"("flipper_length_mm": 213, "body_mass_g": 5400}], "explanationSpecOverride": )"
+      // The TFX penguin model takes features scaled to [0, 1].
+      R"({"examples": [{"culmen_length_mm": 0.3, "culmen_depth_mm": 0.3, )"
+      R"("flipper_length_mm": 0.3, "body_mass_g": 0.3}], "explanationSpecOverride": )"
       R"({"parameters": {"sampledShapleyAttribution": {"pathCount": 10}}}})";
   const kiln::serving::ExplainLimits limits;
   for (int warm = 0; warm < 20; ++warm) {

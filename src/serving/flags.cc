@@ -180,6 +180,8 @@ std::vector<FlagSpec> FlagTable(ServeFlags* f) {
        "Kiln: serve the REST API over HTTPS with --ssl_config_file's key and certificate"},
       {"request_log_max_file_bytes", &f->request_log_max_file_bytes,
        "Kiln: request log files (a model's logging_config) are rotated at this size"},
+      {"explain_max_evaluations", &f->explain_max_evaluations,
+       "Kiln: :explain refuses requests needing more model evaluations than this"},
   };
 }
 
@@ -298,6 +300,12 @@ absl::StatusOr<ServeFlags> ParseServeFlags(const std::vector<std::string>& args)
       return absl::InvalidArgumentError(
           absl::StrCat("invalid value \"", value, "\" for flag --", name, " (must be >= 0)"));
     }
+  }
+  if (flags.explain_max_evaluations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"",
+                                                   flags.explain_max_evaluations,
+                                                   "\" for flag --explain_max_evaluations (must "
+                                                   "be >= 1)"));
   }
   if (!(flags.per_process_gpu_memory_fraction >= 0 && flags.per_process_gpu_memory_fraction <= 1)) {
     return absl::InvalidArgumentError(

@@ -267,11 +267,12 @@ absl::string_view FindHeader(const HttpRequest& request, absl::string_view name)
 }
 
 RestHandler::RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path,
-                         bool enable_cors_support)
+                         bool enable_cors_support, int64_t explain_max_evaluations)
     : core_(core),
       metrics_(metrics),
       metrics_path_(std::move(metrics_path)),
-      enable_cors_support_(enable_cors_support) {}
+      enable_cors_support_(enable_cors_support),
+      explain_max_evaluations_(explain_max_evaluations) {}
 
 namespace {
 
@@ -367,6 +368,7 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
       if (!servable.ok()) return fail(servable.status());
       if (verb == "explain") {
         ExplainLimits limits;
+        limits.max_evaluations = explain_max_evaluations_;
         // Each model call must fit one batch of the batcher, which refuses larger ones.
         if (core_->options().batching.has_value()) {
           limits.batch_rows =

@@ -249,7 +249,8 @@ int RunServer(const ServeFlags& flags) {
   std::fprintf(stderr, "Running gRPC ModelServer at %s:%d%s ...\n", flags.grpc_address.c_str(),
                grpc_port, ssl_config.has_value() ? " (TLS)" : "");
 
-  RestHandler rest_handler(core.get(), &metrics, metrics_path, flags.rest_api_enable_cors_support);
+  RestHandler rest_handler(core.get(), &metrics, metrics_path, flags.rest_api_enable_cors_support,
+                           flags.explain_max_evaluations);
   StatusPageOptions page_options;
   page_options.version = kServerVersion;
   page_options.flags = ServeFlagValues(flags);

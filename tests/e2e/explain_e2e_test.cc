@@ -3,6 +3,7 @@
 // and the metrics.
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <vector>
 
@@ -44,7 +45,13 @@ std::vector<double> NumbersAfter(const std::string& body, const std::string& key
 
 class ExplainE2ETest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // The server starts with the first test, not in SetUpTestSuite: a failure there makes
+  // gtest report every test as skipped, which ctest counts as passing.
+  void SetUp() override {
+    if (server_ == nullptr) StartServer();
+    ASSERT_NE(server_, nullptr) << "the server did not start";
+  }
+  static void StartServer() {
     const std::string dir = MakeTempDir("explain");
     std::ofstream(dir + "/models.config")
         << "model_config_list {\n"
@@ -53,9 +60,12 @@ class ExplainE2ETest : public ::testing::Test {
         << "  config { name: \"penguin_tabular\" base_path: \"" << kExamples
         << "/penguin_tabular\" model_platform: \"onnx\" }\n}\n";
     std::ofstream(dir + "/monitoring.config") << "prometheus_config { enable: true }\n";
-    server_ = new ServerProcess({"serve", "--model_config_file=" + dir + "/models.config",
-                                 "--monitoring_config_file=" + dir + "/monitoring.config"});
-    ASSERT_TRUE(server_->WaitUntilServing()) << server_->Log();
+    auto server = std::make_unique<ServerProcess>(
+        std::vector<std::string>{"serve", "--model_config_file=" + dir + "/models.config",
+                                 "--monitoring_config_file=" + dir + "/monitoring.config",
+                                 "--explain_max_evaluations=1000"});
+    ASSERT_TRUE(server->WaitUntilServing()) << server->Log();
+    server_ = server.release();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -133,6 +143,24 @@ TEST_F(ExplainE2ETest, BadRequestsAreInvalidArgument) {
                                R"({"inputs": {"x": {"inputBaselines": [[1.0, 2.0]]}}}}})");
   EXPECT_EQ(baseline.status, 400) << baseline.body;
   EXPECT_THAT(baseline.body, HasSubstr("inputBaselines"));
+}
+
+TEST_F(ExplainE2ETest, TheEvaluationBudgetFlagRefusesLargerRequests) {
+  // 4 features, pathCount 50: 2 + 50 x 3 = 152 evaluations per instance; 7 instances need
+  // 1064, over --explain_max_evaluations=1000; 6 need 912.
+  const std::string spec = R"(], "explanationSpecOverride": {"parameters": )"
+                           R"({"sampledShapleyAttribution": {"pathCount": 50}}}})";
+  std::string seven = R"({"instances": [)", six;
+  for (int i = 0; i < 7; ++i) {
+    if (i == 6) six = seven + spec;
+    seven += std::string(i ? ", " : "") + "[0.1, 0.2, 0.3, 0.4]";
+  }
+  seven += spec;
+  HttpReply over = Explain("penguin_tabular", seven);
+  EXPECT_EQ(over.status, 400) << over.body;
+  EXPECT_THAT(over.body, HasSubstr("1064 model evaluations"));
+  EXPECT_THAT(over.body, HasSubstr("budget of 1000"));
+  EXPECT_EQ(Explain("penguin_tabular", six).status, 200);
 }
 
 TEST_F(ExplainE2ETest, CountedAndTimedLikePredict) {

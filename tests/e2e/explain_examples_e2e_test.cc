@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <vector>
 
@@ -56,7 +57,13 @@ tensorflow::Example Penguin(float culmen_length, float culmen_depth, float flipp
 
 class ExplainExamplesE2ETest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // The server starts with the first test, not in SetUpTestSuite: a failure there makes
+  // gtest report every test as skipped, which ctest counts as passing.
+  void SetUp() override {
+    if (server_ == nullptr) StartServer();
+    ASSERT_NE(server_, nullptr) << "the server did not start";
+  }
+  static void StartServer() {
     const std::string dir = MakeTempDir("explain_examples");
     for (const char* model : {"penguin", "penguin_warm", "taxi"}) {
       fs::create_directories(dir + "/" + model);
@@ -96,8 +103,10 @@ class ExplainExamplesE2ETest : public ::testing::Test {
         << "  config { name: \"taxi\" base_path: \"" << dir << "/taxi\" }\n"
         << "  config { name: \"half_plus_two\" base_path: \"" << kExamples
         << "/half_plus_two\" model_platform: \"onnx\" }\n}\n";
-    server_ = new ServerProcess({"serve", "--model_config_file=" + dir + "/models.config"});
-    ASSERT_TRUE(server_->WaitUntilServing()) << server_->Log();
+    auto server = std::make_unique<ServerProcess>(
+        std::vector<std::string>{"serve", "--model_config_file=" + dir + "/models.config"});
+    ASSERT_TRUE(server->WaitUntilServing()) << server->Log();
+    server_ = server.release();
   }
   static void TearDownTestSuite() {
     delete server_;

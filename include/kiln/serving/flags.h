@@ -81,6 +81,9 @@ struct ServeFlags {
   bool rest_api_ssl = false;
   // logging_config's TFRecord files are rotated when they reach this size.
   int64_t request_log_max_file_bytes = 64ll << 20;
+  // :explain refuses a request needing more model evaluations than this (all instances and
+  // baselines together; see docs/EXPLAIN.md "Cost model and limits").
+  int64_t explain_max_evaluations = int64_t{1} << 22;
 
   // Arguments that name no flag (or are not flags at all). TF Serving prints "unknown
   // argument" for them and starts anyway; `kiln serve` does the same.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "kiln/serving/explain.h"
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/server_core.h"
 
@@ -42,8 +43,10 @@ class RestHandler {
   // TF Serving's CORS headers (Access-Control-Allow-Origin: *, -Methods: POST, GET,
   // -Headers: Content-Type). A preflight (OPTIONS on an API path) is answered whether or not
   // it is on, as TF Serving does: 200 when it has an http(s) Origin, else 400.
+  // `explain_max_evaluations` (--explain_max_evaluations): :explain's budget per request.
   RestHandler(ServerCore* core, ServingMetrics* metrics, std::string metrics_path,
-              bool enable_cors_support = false);
+              bool enable_cors_support = false,
+              int64_t explain_max_evaluations = ExplainLimits{}.max_evaluations);
 
   HttpResponse Handle(const HttpRequest& request) const;
 
@@ -56,6 +59,7 @@ class RestHandler {
   ServingMetrics* const metrics_;
   const std::string metrics_path_;
   const bool enable_cors_support_;
+  const int64_t explain_max_evaluations_;
 };
 
 }  // namespace kiln::serving
