@@ -183,6 +183,17 @@ def test_decode_jpeg_resize_normalize_match_pillow_and_numpy():
         list(Dataset.from_tensors(b"not a jpeg").map(F.decode_jpeg()))
 
 
+def test_decode_png_is_lossless():
+    import io
+    from PIL import Image
+    image = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)
+    png = io.BytesIO()
+    Image.fromarray(image).save(png, format="PNG")
+    ds = Dataset.from_tensor_slices({"png": np.array([png.getvalue()] * 2, object)}).batch(2)
+    out = list(ds.map(F.decode_png("png", channels=3)))[0]["png"]
+    np.testing.assert_array_equal(out, np.stack([image, image]))
+
+
 def test_filter_flat_map_interleave_order():
     assert values(Dataset.range(10).filter(lambda x: x % 3 == 0)) == [0, 3, 6, 9]
     ds = Dataset.range(3).flat_map(lambda x: Dataset.range(int(x)))
