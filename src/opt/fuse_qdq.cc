@@ -355,7 +355,14 @@ class QdqFuser {
   mutable std::map<NodeId, Tensor> bias_float_;
 };
 
-absl::Status FuseQdq(Graph& g, PassContext& ctx) { return QdqFuser(g, ctx).Run(); }
+// Only under --allow_compression (PassOptions::compression set): an optimization must compute
+// what the unoptimized graph computes, and this one may differ from the reference kernels by
+// one step; without compression a quantized model runs on those kernels, exactly as ONNX
+// defines it.
+absl::Status FuseQdq(Graph& g, PassContext& ctx) {
+  if (ctx.options().compression == nullptr) return absl::OkStatus();
+  return QdqFuser(g, ctx).Run();
+}
 
 }  // namespace
 

@@ -113,6 +113,9 @@ absl::StatusOr<std::vector<Tensor>> OptimizeAndRun(const Graph& source, bool fus
                                                    Graph* optimized) {
   auto g = std::make_shared<Graph>(source);
   PassOptions options;
+  // The pass runs under --allow_compression only; no calibration is needed.
+  const CompressionOptions compression;
+  options.compression = &compression;
   if (!fuse) options.disabled_passes = {"fuse_qdq"};
   OptimizationLog log;
   absl::Status s = Optimize(*g, options, &log);
@@ -189,6 +192,15 @@ TEST(FuseQdqTest, QdqConvReluIsOneInt8ConvWithinOneStep) {
   for (int64_t i = 0; i < (*want)[1].num_elements(); ++i) {
     ASSERT_LE(std::fabs((*got)[1].data<float>()[i] - (*want)[1].data<float>()[i]), 0.0301f);
   }
+}
+
+TEST(FuseQdqTest, WithoutCompressionTheReferenceKernelsRun) {
+  auto g = std::make_shared<Graph>(QOperatorChain());
+  PassOptions options;  // compression null: --allow_compression off
+  OptimizationLog log;
+  ASSERT_TRUE(Optimize(*g, options, &log).ok());
+  EXPECT_EQ(Count(*g, "QLinearConv"), 2);
+  EXPECT_EQ(Count(*g, ir::kInt8ConvOp), 0);
 }
 
 TEST(FuseQdqTest, NonZeroWeightZeroPointIsLeftToTheReference) {
