@@ -189,7 +189,25 @@ int RunServer(const ServeFlags& flags) {
     return Fail(logging);
   }
 
+  // Until the models are loaded, SIGTERM/SIGINT end the process at once, as they end TF
+  // Serving's: a load being retried (up to --max_num_load_retries times,
+  // --load_retry_interval_micros apart) must not hold up a stop.
+  std::atomic<bool> loaded{false};
+  std::thread startup_watch([&] {
+    const timespec tick{0, 50 * 1000 * 1000};
+    while (!loaded.load()) {
+      const int signal_number = sigtimedwait(&signals, nullptr, &tick);
+      if (signal_number > 0) {
+        std::fprintf(stderr, "kiln serve: received signal %d while loading models; exiting\n",
+                     signal_number);
+        std::fflush(stderr);
+        std::_Exit(128 + signal_number);
+      }
+    }
+  });
   auto core_or = ServerCore::Create(options, config);
+  loaded = true;
+  startup_watch.join();
   if (!core_or.ok()) return Fail(core_or.status());
   std::unique_ptr<ServerCore> core = std::move(*core_or);
 

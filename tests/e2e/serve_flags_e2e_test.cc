@@ -3,6 +3,7 @@
 // parallel loading, method-name check, tensor_content replies, per-model batching and large
 // batch splitting).
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -259,6 +260,21 @@ TEST(ServeFlagsE2ETest, LoadRetriesPickUpAModelThatArrivesLate) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_THAT(server.Log(), HasSubstr("failed to load (attempt 1 of 101), retrying"));
+  {
+    // SIGTERM while a load waits for its retry ends the process at once, as it ends TF
+    // Serving's, instead of after the retries.
+    ServerProcess stopped({"serve", "--model_name=m", "--model_base_path=" + base,
+                           "--load_retry_interval_micros=60000000"});
+    const auto until_first = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (stopped.Log().find("retrying") == std::string::npos &&
+           std::chrono::steady_clock::now() < until_first) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(stopped.Terminate(/*timeout_s=*/10), 128 + SIGTERM) << stopped.Log();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_THAT(stopped.Log(), HasSubstr("while loading models; exiting"));
+  }
   fs::copy_file(kHalfPlusTwo, base + "/1/model.onnx.partial");
   fs::rename(base + "/1/model.onnx.partial", base + "/1/model.onnx");
   ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
