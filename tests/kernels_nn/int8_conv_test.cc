@@ -10,7 +10,7 @@
 
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/int8_ops.h"
-#include "kiln/kernels/int8.h"
+#include "kiln/kernels/compressed_matmul.h"  // CpuHasInt8Vnni
 #include "kiln/kernels/testing.h"
 
 namespace kiln::kernels {
@@ -74,7 +74,7 @@ void CheckConv(const ConvCase& cc, uint32_t seed) {
                        ? RandomInts<uint8_t>({cc.n, cc.h, cc.w, cc.c}, seed, 0, 255)
                        : RandomInts<int8_t>({cc.n, cc.h, cc.w, cc.c}, seed, -128, 127);
   // Without VNNI the kernels' contract is 7-bit weights (pairs of products sum in 16 bits).
-  const int wmax = Int8HasVnni() ? 127 : 63;
+  const int wmax = CpuHasInt8Vnni() ? 127 : 63;
   const Tensor wq = RandomInts<int8_t>({cc.m, cg, cc.k, cc.k}, seed + 1, -wmax, wmax);
   const Tensor b = RandomFloats({cc.m}, seed + 2, -1, 1);
   std::vector<float> w_scales(cc.m);

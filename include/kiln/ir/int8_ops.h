@@ -10,7 +10,7 @@
 // ir::MemoryLayout::kPlain and no other kernel can misread it. Float values at the borders
 // stay NCHW.
 //
-// Without VNNI (kernels::Int8HasVnni) the weights must fit in 7 bits (|q| <= 63): oneDNN then
+// Without VNNI (kernels::CpuHasInt8Vnni) the weights must fit in 7 bits (|q| <= 63): oneDNN then
 // sums u8 x s8 products in pairs into 16 bits, which saturates for 8-bit weights.
 //
 //   Int8Quantize(X: float [N,C,H,W]) -> Y: uint8|int8 [N,H,W,C]

@@ -22,7 +22,7 @@
 #include "kiln/ir/conv_geometry.h"
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/int8_ops.h"
-#include "kiln/kernels/int8.h"
+#include "kiln/kernels/compressed_matmul.h"  // CpuHasInt8Vnni
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
 
@@ -188,7 +188,7 @@ class Int8ConvKernel : public OpKernel {
     // 16-bit pair sums from saturating), losing their last bit. The same sums are exact on
     // uint8 with a zero point 128 higher (7-bit weights keep u8 x s8 pairs in range), and
     // int8 -> uint8 is a flip of the top bit of each byte.
-    flip_sign_ = x.dtype == DType::kInt8 && !Int8HasVnni();
+    flip_sign_ = x.dtype == DType::kInt8 && !CpuHasInt8Vnni();
     if (flip_sign_) x_zero_point_ += 128;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -574,14 +574,3 @@ KILN_REGISTER_KERNEL("kiln", "Int8Dequantize",
 KILN_KERNEL_FILE(nn_int8_conv);
 
 }  // namespace kiln::kernels::nn
-
-namespace kiln::kernels {
-
-bool Int8HasVnni() {
-  nn::CpuEngine();  // applies Kiln's ISA cap to oneDNN first
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||
-         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-}
-
-}  // namespace kiln::kernels
