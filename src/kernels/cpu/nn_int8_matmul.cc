@@ -48,6 +48,10 @@ size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Rows x K products below this many multiply-adds run on the calling thread (as MatMul).
 constexpr int64_t kSerialMacs = int64_t{1} << 18;
+// Elementwise passes (quantizing A, dequantizing the product) give each thread at least this
+// many elements: a parallel region costs microseconds (more when other processes hold the
+// cores), about what 256K elements of these loops take.
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 18;
 
 // What both kernels share: A [..., K] as rows, the [K, N] weight, bias, residual, post-ops.
 class CompressedMatMulBase : public OpKernel {
@@ -263,7 +267,8 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     int32_t* a_zero = reinterpret_cast<int32_t*>(scratch + zero_offset_);
     uint8_t* bad = reinterpret_cast<uint8_t*>(scratch + bad_offset_);
     const float* a = ctx.inputs[0].data<float>();
-    const int64_t row_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(k_, 1));
+    const int64_t row_chunk =
+        std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(k_, 1));
     ctx.ParallelFor(rows_, row_chunk, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         QuantizeRow(a + r * k_, src + r * k_, &a_scale[r], &a_zero[r], &bad[r]);
@@ -287,7 +292,8 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     const float* w_scale = ctx.inputs[2].data<float>();
     const int32_t* colsum = ctx.inputs[3].data<int32_t>();
     const int8_t* wq = ctx.inputs[1].data<int8_t>();
-    const int64_t out_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_, 1));
+    const int64_t out_chunk =
+        std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
     ctx.ParallelFor(rows_, out_chunk, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         float* row = yv + r * n_;
@@ -427,7 +433,7 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
     const void* src = a;
     if (path_ == Path::kDnnlBf16) {
       uint16_t* a16 = reinterpret_cast<uint16_t*>(scratch + src_offset_);
-      ctx.ParallelFor(rows_ * k_, 16384, [&](int64_t i0, int64_t i1) {
+      ctx.ParallelFor(rows_ * k_, kMinElementsPerThread, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) a16[i] = FloatToBFloat16(a[i]);
       });
       src = a16;
@@ -446,7 +452,7 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
                         {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
       stream.wait();
     }
-    const int64_t chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_, 1));
+    const int64_t chunk = std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
     ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
     return absl::OkStatus();
   }
