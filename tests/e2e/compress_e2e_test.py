@@ -143,6 +143,48 @@ class CompressTest(unittest.TestCase):
         self.assertAlmostEqual(reported_rel, max_rel, delta=1e-5 * max_rel + 1e-7)
         self.assertEqual(agree, top1)
 
+    def test_the_last_conv_of_a_classifier_goes_with_the_head_weights(self):
+        # conv 3->8 -> Relu -> GlobalAveragePool -> Flatten -> Gemm(transB) 8->5: the pooled
+        # channels are the Gemm's input columns, so the Gemm's B loses its matching columns.
+        rng = np.random.default_rng(5)
+        w = conv_weights(rng, 8, 3, 3)
+        fc = rng.normal(0, 0.3, (5, 8)).astype(np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc"], ["logits"], name="fc", transB=1)],
+            "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 5])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc")])
+        model = os.path.join(self.dir, "head.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        pruned_path = os.path.join(self.dir, "head_pruned.onnx")
+        p = self.kiln("compress", model, "--prune_channels=0.5", "--calibration_inputs",
+                      self.calib, "--output", pruned_path)
+        self.assertIn("conv: 8 -> 4 channels", p.stdout)
+        pruned = onnx.load(pruned_path)
+        onnx.checker.check_model(pruned, full_check=True)
+        inits = {t.name: numpy_helper.to_array(t) for t in pruned.graph.initializer}
+        node = {n.name: n for n in pruned.graph.node}
+        kept = np.sort(np.argsort(np.abs(w).sum(axis=(1, 2, 3)), kind="stable")[4:])
+        np.testing.assert_array_equal(inits[node["fc"].input[1]], fc[:, kept])
+        # The pruned model is the original without those channels: recompute it in numpy.
+        x = self.x[:2]
+        def forward(weights, head):
+            n, _, h, wd = x.shape
+            xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+            out = np.zeros((n, weights.shape[0], h, wd), np.float64)
+            for i in range(3):
+                for j in range(3):
+                    out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + h, j:j + wd],
+                                     weights[:, :, i, j])
+            return np.maximum(out, 0).mean(axis=(2, 3)) @ head.T
+        np.save(os.path.join(self.calib, "x.npy"), x)
+        got = self.run_model(pruned_path, "head_pruned")
+        np.testing.assert_allclose(got, forward(w[kept], fc[:, kept]), rtol=1e-4, atol=1e-5)
+
     def test_fraction_zero_changes_nothing(self):
         pruned_path = os.path.join(self.dir, "same.onnx")
         p = self.kiln("compress", self.model, "--prune_channels=0", "--calibration_inputs",

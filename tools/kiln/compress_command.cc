@@ -28,11 +28,12 @@ namespace runtime = kiln::runtime;
 constexpr char kUsage[] =
     R"(usage: kiln compress MODEL.onnx --prune_channels=FRACTION --calibration_inputs DIR --output OUT.onnx
 
-Removes, in every Conv whose channels only reach per-channel operators and other
-convolutions, the FRACTION of output channels whose filters have the smallest L1 norm (at
-least one channel stays), with the matching input channels of their readers, and writes a
-smaller ONNX model. Convolutions whose channels reach a residual Add, a Concat, a Reshape, a
-MatMul/Gemm or a graph output are left whole (the report says which and why). Then runs the
+Removes, in every Conv whose channels only reach per-channel operators, other convolutions
+and (through a global pool and Flatten) a Gemm/MatMul head, the FRACTION of output channels
+whose filters have the smallest L1 norm (at least one channel stays), with the matching
+input channels of their readers, and writes a smaller ONNX model. Convolutions whose
+channels reach a residual Add, a Concat, a Reshape or a graph output are left whole (the
+report says which and why). Then runs the
 original and the pruned model on the calibration inputs and prints the accuracy report.
 This is lossy: fine-tune the pruned model to recover accuracy. The exact pruning of
 all-zero channels happens at load under --allow_compression instead.

@@ -240,8 +240,11 @@ class Pruner {
   }
 
   // Whether the channels (axis 1 of a rank-`rank` value, `m` of them) can go at every reader
-  // of `value`; collects the edits. `why` says what stopped it.
-  bool Follow(const std::string& value, int rank, int64_t m, std::string* why) {
+  // of `value`; collects the edits. `why` says what stopped it. `pooled`: every dimension
+  // after the channels is 1 (a global pool made it so), so Flatten keeps channel c as
+  // column c.
+  bool Follow(const std::string& value, int rank, int64_t m, std::string* why,
+              bool pooled = false) {
     if (outputs_.count(value) || subgraph_reads_.count(value)) {
       *why = absl::StrCat("its channels reach the graph output '", value, "'");
       return false;
@@ -288,7 +291,25 @@ class Pruner {
             return stop("a second output is read");
           }
         }
-        if (!Follow(n.output(0), rank, m, why)) return false;
+        const bool global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
+        const bool same_shape = op != "MaxPool" && op != "AveragePool";
+        if (!Follow(n.output(0), rank, m, why, global || (pooled && same_shape))) return false;
+        continue;
+      }
+      if (input == 0 && op == "Flatten" && pooled && IntAttr(n, "axis", 1) == 1) {
+        // [N, C, 1, 1] -> [N, C].
+        if (!Follow(n.output(0), 2, m, why, true)) return false;
+        continue;
+      }
+      if (input == 0 && rank == 2 && (op == "Gemm" || op == "MatMul")) {
+        // A classifier head reading the pooled channels: its weight rows (Gemm with transB:
+        // columns) go with them.
+        const onnx::TensorProto* w = Initializer(n, 1);
+        if (w == nullptr || w->dims_size() != 2) return stop("weights are not an initializer");
+        if (op == "Gemm" && IntAttr(n, "transA", 0) != 0) return stop("transA");
+        const int w_axis = op == "Gemm" && IntAttr(n, "transB", 0) != 0 ? 1 : 0;
+        if (w->dims(w_axis) != m) return stop("its weights do not read the channels");
+        edits_.push_back({id, 1, w_axis});
         continue;
       }
       if (input == 0 && op == "BatchNormalization") {
@@ -300,7 +321,7 @@ class Pruner {
           edits_.push_back({id, k, 0});
         }
         if (n.output_size() > 1) return stop("training-mode outputs");
-        if (!Follow(n.output(0), rank, m, why)) return false;
+        if (!Follow(n.output(0), rank, m, why, pooled)) return false;
         continue;
       }
       if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" ||
@@ -320,7 +341,10 @@ class Pruner {
         } else if (k_axis >= 0 && k->dims(k_axis) != 1) {
           return stop("the constant does not broadcast over the channels");
         }
-        if (!Follow(n.output(0), rank, m, why)) return false;
+        // A constant with a spatial extent broadcasts a pooled value back out.
+        bool still_pooled = pooled;
+        for (int i = std::max(0, k_axis + 1); i < kr; ++i) still_pooled &= k->dims(i) == 1;
+        if (!Follow(n.output(0), rank, m, why, still_pooled)) return false;
         continue;
       }
       if (op == "Conv" && input == 0) {

@@ -7,9 +7,10 @@
 // Which convolutions are prunable: a channel can only go where every reader of the conv's
 // output can lose it too. The walk follows per-channel nodes (activations, BatchNormalization,
 // Add/Sub/Mul/Div/PRelu with a constant, pools, depthwise Conv with multiplier 1) and must end
-// in Conv nodes with group 1. A conv whose channels reach a residual Add, a Concat, a Reshape,
-// a MatMul/Gemm or a graph output is left whole: pruning it would need the other branch pruned
-// the same way, which this tool does not attempt. Grouped convolutions other than depthwise
+// in Conv nodes with group 1, or, after a global pool and Flatten, in a Gemm/MatMul classifier
+// head. A conv whose channels reach a residual Add, a Concat, a Reshape, any other MatMul/Gemm
+// or a graph output is left whole: pruning it would need the other branch pruned the same
+// way, which this tool does not attempt. Grouped convolutions other than depthwise
 // are neither pruned nor followed.
 #pragma once
 
