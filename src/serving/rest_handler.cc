@@ -370,9 +370,9 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
         ExplainLimits limits;
         limits.max_evaluations = explain_max_evaluations_;
         // Each model call must fit one batch of the batcher, which refuses larger ones.
-        if (core_->options().batching.has_value()) {
+        if ((*servable)->batching().has_value()) {
           limits.batch_rows =
-              std::min<int64_t>(limits.batch_rows, core_->options().batching->max_batch_size);
+              std::min<int64_t>(limits.batch_rows, (*servable)->batching()->max_batch_size);
         }
         auto body = ExplainJson(**servable, request.body, limits);
         if (!body.ok()) return fail(body.status());

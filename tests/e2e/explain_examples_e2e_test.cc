@@ -216,3 +216,34 @@ TEST_F(ExplainExamplesE2ETest, TaxiClassificationExplainsByFeatureName) {
 
 }  // namespace
 }  // namespace kiln::serving::testing
+
+namespace kiln::serving::testing {
+namespace {
+
+// :explain's model calls fit the batch size of the version they run on: its own
+// batching_params.pbtxt (here 3), not the global parameters (here 100), which the batcher
+// would refuse with "larger than maximum input batch size".
+TEST(ExplainBatchingE2ETest, CallsFitThePerModelMaxBatchSize) {
+  const std::string dir = MakeTempDir("explain_batching");
+  fs::create_directories(dir + "/small");
+  fs::copy(kExamples + "/half_plus_two/1", dir + "/small/1", fs::copy_options::recursive);
+  std::ofstream(dir + "/small/1/batching_params.pbtxt") << "max_batch_size { value: 3 }\n";
+  std::ofstream(dir + "/batching.config") << "max_batch_size { value: 100 }\n";
+  std::ofstream(dir + "/models.config")
+      << "model_config_list {\n  config { name: \"small\" base_path: \"" << dir
+      << "/small\" model_platform: \"onnx\" }\n}\n";
+  ServerProcess server({"serve", "--model_config_file=" + dir + "/models.config",
+                        "--enable_batching",
+                        "--batching_parameters_file=" + dir + "/batching.config",
+                        "--enable_per_model_batching_parameters"});
+  ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
+  // 3 instances of one feature: 6 evaluations, run as 3 + 3 (the predictions themselves are
+  // one call of 3: more instances would be refused as a :predict of them is).
+  HttpReply reply = HttpCall(server.rest_port(), "POST", "/v1/models/small:explain",
+                             R"({"instances": [[1.0], [2.0], [5.0]]})");
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_THAT(reply.body, HasSubstr("\"x\": [2.5]"));  // 0.5 * (5 - 0)
+}
+
+}  // namespace
+}  // namespace kiln::serving::testing

@@ -49,6 +49,9 @@ class ServableVersion {
   // --enable_signature_method_name_check: Classify and Regress refuse signatures whose
   // method_name is not theirs (TF Serving's default is not to check).
   bool check_signature_method_name() const { return check_signature_method_name_; }
+  // The batching this version runs with (the global parameters, or its own
+  // batching_params.pbtxt); nullopt: it does not batch.
+  const std::optional<BatchingOptions>& batching() const { return batching_; }
   const std::map<std::string, runtime::SignatureInfo>& metadata_only_signatures() const {
     return metadata_only_signatures_;
   }
