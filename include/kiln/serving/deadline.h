@@ -15,14 +15,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "kiln/core/clock.h"
 
 namespace kiln::serving {
 
 namespace deadline_internal {
-// NowNanos() clock; 0: no deadline.
-inline thread_local int64_t current_deadline_ns = 0;
+// NowNanos() clock; 0: no deadline. Defined in deadline.cc.
+extern thread_local int64_t current_deadline_ns;
 }  // namespace deadline_internal
 
 // The calling thread's request deadline on the NowNanos() clock; 0 when it has none.
@@ -30,14 +29,7 @@ inline int64_t CurrentRequestDeadlineNs() { return deadline_internal::current_de
 
 // DEADLINE_EXCEEDED when the calling thread's request deadline has passed; `what` says which
 // stage noticed (it ends up in the client's error message).
-inline absl::Status CheckRequestDeadline(const char* what) {
-  const int64_t deadline = deadline_internal::current_deadline_ns;
-  if (deadline == 0) return absl::OkStatus();
-  const int64_t now = NowNanos();
-  if (now < deadline) return absl::OkStatus();
-  return absl::DeadlineExceededError(
-      absl::StrCat("the request's deadline passed ", (now - deadline) / 1000000, " ms ago ", what));
-}
+absl::Status CheckRequestDeadline(const char* what);
 
 // Sets the calling thread's request deadline for its lifetime (nested scopes restore the
 // outer one). `deadline_ns` 0: none.
