@@ -1059,13 +1059,12 @@ class InterleaveNode : public DatasetNode {
           AdvanceToNextInCycle();
         } else if (!end_of_input_) {
           Element arg;
-          KILN_RETURN_IF_ERROR(input_->GetNext(&arg, &end_of_input_));
+          absl::Status s = input_->GetNext(&arg, &end_of_input_);
+          if (!s.ok() || !end_of_input_) ++args_pulled_;
+          KILN_RETURN_IF_ERROR(s);
           if (!end_of_input_) {
-            KILN_ASSIGN_OR_RETURN(Dataset ds, node_->fn_(std::move(arg)));
-            IteratorContext ctx = InputContext();
-            ctx.prefix = absl::StrCat(path_, "/fn");
-            KILN_ASSIGN_OR_RETURN(current_[cycle_index_], MakeInputIterator(ds, ctx));
-            ++num_open_;
+            arg_ordinal_[cycle_index_] = args_pulled_ - 1;
+            KILN_RETURN_IF_ERROR(Open(cycle_index_, std::move(arg)));
           }
         } else {
           AdvanceToNextInCycle();
@@ -1079,11 +1078,92 @@ class InterleaveNode : public DatasetNode {
     uint64_t StateConfig() const override {
       return ConfigFingerprint({cycle_length_, node_->block_length_});
     }
-    // The open inputs are iterators of datasets made by the function: replayed.
-    absl::Status SaveInternal(StateWriter& w) override { return SaveByReplay(w); }
-    absl::Status RestoreInternal(StateReader& r) override { return RestoreByReplay(r); }
+    // The cycle's position, which input element each open input was made from, and the open
+    // inputs' own states. A restore pulls the input's elements again (file names, typically)
+    // to remake the open inputs from theirs, then restores each to its position; the inputs
+    // finished before are not read again.
+    absl::Status SaveInternal(StateWriter& w) override {
+      w.PutInt(args_pulled_);
+      w.PutInt(cycle_index_);
+      w.PutInt(block_index_);
+      w.PutBool(end_of_input_);
+      for (int i = 0; i < cycle_length_; ++i) {
+        w.PutBool(current_[i] != nullptr);
+        if (current_[i]) w.PutInt(arg_ordinal_[i]);
+      }
+      for (auto& open : current_) {
+        if (open) KILN_RETURN_IF_ERROR(open->Save(w));
+      }
+      return absl::OkStatus();
+    }
+    absl::Status RestoreInternal(StateReader& r) override {
+      int64_t pulled = 0, cycle_index = 0, block_index = 0;
+      KILN_RETURN_IF_ERROR(r.GetInt(&pulled));
+      KILN_RETURN_IF_ERROR(r.GetInt(&cycle_index));
+      KILN_RETURN_IF_ERROR(r.GetInt(&block_index));
+      KILN_RETURN_IF_ERROR(r.GetBool(&end_of_input_));
+      if (pulled < 0 || cycle_index < 0 || cycle_index >= cycle_length_ || block_index < 0) {
+        return absl::DataLossError(absl::StrCat("RestoreState: corrupt record of stage ", path_));
+      }
+      std::vector<bool> open(cycle_length_);
+      for (int i = 0; i < cycle_length_; ++i) {
+        bool is_open = false;
+        KILN_RETURN_IF_ERROR(r.GetBool(&is_open));
+        open[i] = is_open;
+        if (is_open) {
+          KILN_RETURN_IF_ERROR(r.GetInt(&arg_ordinal_[i]));
+          if (arg_ordinal_[i] < 0 || arg_ordinal_[i] >= pulled) {
+            return absl::DataLossError(
+                absl::StrCat("RestoreState: corrupt record of stage ", path_));
+          }
+        }
+      }
+      std::vector<Element> args(cycle_length_);
+      for (int64_t k = 0; k < pulled; ++k) {
+        Element arg;
+        bool end = false;
+        absl::Status s = input_->GetNext(&arg, &end);
+        if (absl::IsCancelled(s)) return s;
+        if (s.ok() && end) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "RestoreState: the input of stage ", path_, " ended after ", k, " of the ", pulled,
+              " elements it had produced when the state was saved; it changed since"));
+        }
+        for (int i = 0; i < cycle_length_; ++i) {
+          if (open[i] && arg_ordinal_[i] == k) args[i] = arg;
+        }
+      }
+      args_pulled_ = pulled;
+      if (end_of_input_) {
+        bool end = false;
+        Element scratch;
+        KILN_RETURN_IF_ERROR(input_->GetNext(&scratch, &end));
+        if (!end) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("RestoreState: the input of stage ", path_, " has more than the ",
+                           pulled, " elements it had when the state was saved"));
+        }
+      }
+      cycle_index_ = static_cast<int>(cycle_index);
+      block_index_ = static_cast<int>(block_index);
+      for (int i = 0; i < cycle_length_; ++i) {
+        if (!open[i]) continue;
+        KILN_RETURN_IF_ERROR(Open(i, std::move(args[i])));
+        KILN_RETURN_IF_ERROR(current_[i]->Restore(r));
+      }
+      return absl::OkStatus();
+    }
 
    private:
+    absl::Status Open(int slot, Element arg) {
+      KILN_ASSIGN_OR_RETURN(Dataset ds, node_->fn_(std::move(arg)));
+      IteratorContext ctx = InputContext();
+      ctx.prefix = absl::StrCat(path_, "/fn");
+      KILN_ASSIGN_OR_RETURN(current_[slot], MakeInputIterator(ds, ctx));
+      ++num_open_;
+      return absl::OkStatus();
+    }
+
     void AdvanceToNextInCycle() {
       block_index_ = 0;
       cycle_index_ = (cycle_index_ + 1) % cycle_length_;
@@ -1091,6 +1171,8 @@ class InterleaveNode : public DatasetNode {
     const InterleaveNode* node_;
     const int cycle_length_;
     std::vector<std::unique_ptr<IteratorBase>> current_;
+    std::vector<int64_t> arg_ordinal_ = std::vector<int64_t>(cycle_length_);  // per open input
+    int64_t args_pulled_ = 0;  // input elements (and input errors) taken so far
     int cycle_index_ = 0;
     int block_index_ = 0;
     int num_open_ = 0;
