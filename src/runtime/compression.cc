@@ -218,10 +218,23 @@ absl::StatusOr<std::vector<CalibrationBatch>> LoadCalibrationDir(const std::stri
     examples = n;
     whole.push_back(std::move(converted));
   }
+  // A model exported with a fixed batch dimension takes batches of exactly that size (a
+  // shorter last batch is left out).
+  bool fixed = false;
+  for (const std::string& key : signature.input_keys) {
+    const TensorInfo& info = signature.inputs.at(key);
+    if (!info.shape.empty() && info.shape[0] > 0) {
+      batch_size = std::min(batch_size, info.shape[0]);
+      fixed = true;
+    }
+  }
+  batch_size = std::max<int64_t>(batch_size, 1);
   std::vector<CalibrationBatch> batches;
-  for (int64_t s = 0; s < std::max<int64_t>(examples, 0); s += batch_size) {
+  for (int64_t s = 0; s < examples; s += batch_size) {
+    const int64_t end = std::min(examples, s + batch_size);
+    if (fixed && end - s < batch_size) break;
     CalibrationBatch batch;
-    for (const Tensor& t : whole) batch.push_back(t.Slice(s, std::min(examples, s + batch_size)));
+    for (const Tensor& t : whole) batch.push_back(t.Slice(s, end));
     batches.push_back(std::move(batch));
   }
   return batches;

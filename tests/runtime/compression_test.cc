@@ -185,6 +185,14 @@ TEST(CompressionTest, CalibrationDirectoryOfNpyFiles) {
   const std::string text = model->Inspect();
   EXPECT_NE(text.find("40 examples in 2 batches from " + dir), std::string::npos) << text;
 
+  // A model with a fixed batch dimension of 4 gets batches of 4 (the 40 examples: 10).
+  import::ImportedModel fixed = Mlp(false);
+  fixed.signatures[0].inputs["x"].shape = {4, 32};
+  auto fixed_model = Model::FromImported(std::move(fixed), options);
+  ASSERT_TRUE(fixed_model.ok()) << fixed_model.status();
+  EXPECT_NE((*fixed_model)->Inspect().find("40 examples in 10 batches"), std::string::npos)
+      << (*fixed_model)->Inspect();
+
   // A file whose shape does not fit the input fails the load, naming the file.
   ASSERT_TRUE(WriteNpy(dir + "/x.npy", Random(Shape{4, 8, 4}, 6)).ok());
   auto bad = Model::FromImported(Mlp(false), options);
