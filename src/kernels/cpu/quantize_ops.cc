@@ -7,8 +7,10 @@
 // integer ops in int32); requantization scales in float, as the reference does.
 //
 // These are correctness kernels for imported quantized models (plain loops over the
-// output). No optimizer pass rewrites them onto oneDNN's int8 primitives yet, so a quantized
-// model runs at the speed of these loops.
+// output), and the reference the fast path is tested against: under --allow_compression the
+// fuse_qdq pass (src/opt/fuse_qdq.cc) moves QLinearConv and QDQ Conv onto kiln::Int8Conv
+// (oneDNN, within one step of these kernels); QLinearMatMul, MatMulInteger and ConvInteger
+// still run here.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
