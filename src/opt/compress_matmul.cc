@@ -3,7 +3,7 @@
 //  - int8_dynamic_matmul: weights quantized once here (symmetric, per output channel; 7-bit
 //    without VNNI), activations per row at run time: kiln::DynamicQuantMatMul.
 //  - bf16: weights stored as bfloat16: kiln::Bf16MatMul (layers int8 does not take).
-// The operator contract is include/kiln/kernels/compressed_matmul.h. Layers named in
+// The operator contract is include/kiln/ir/compressed_matmul.h. Layers named in
 // keep_fp32 (the accuracy guard's decisions) stay as they are.
 //
 // The pass runs after fusion (order 800), so bias, residual and activations already sit in
@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
-#include "kiln/kernels/compressed_matmul.h"
+#include "kiln/ir/compressed_matmul.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -181,12 +181,12 @@ absl::Status CompressMatMul(ir::Graph& graph, PassContext& ctx) {
     ir::Node out;
     out.domain = "kiln";
     out.name = node.name;
-    out.attrs[kernels::kCompressedLayerAttr] = name;
+    out.attrs[ir::kCompressedLayerAttr] = name;
     CopyPostOps(node, out);
     out.inputs.push_back(node.inputs[0]);
     if (options->int8_dynamic_matmul) {
       QuantizedWeight qw = QuantizeWeight(layer->weight, layer->alpha, bits);
-      out.op = kernels::kDynamicQuantMatMulOp;
+      out.op = ir::kDynamicQuantMatMulOp;
       out.attrs["weight_bits"] = int64_t{bits};
       out.inputs.push_back(graph.AddConstant(graph.UniqueName(name + "/wq"), qw.q));
       out.inputs.push_back(graph.AddConstant(graph.UniqueName(name + "/w_scale"), qw.scale));
@@ -200,7 +200,7 @@ absl::Status CompressMatMul(ir::Graph& graph, PassContext& ctx) {
       uint16_t* dst = reinterpret_cast<uint16_t*>(wb.raw_data());
       // Gemm's alpha cannot ride on a scale here: fold it into the weights before rounding.
       for (int64_t i = 0; i < k * n; ++i) dst[i] = FloatToBFloat16(src[i] * layer->alpha);
-      out.op = kernels::kBf16MatMulOp;
+      out.op = ir::kBf16MatMulOp;
       out.inputs.push_back(graph.AddConstant(graph.UniqueName(name + "/w_bf16"), wb));
       ctx.Note(absl::StrCat("bf16 weights ", node.Describe(), " [", k, "x", n, "]"));
     }

@@ -14,6 +14,7 @@
 #include "kiln/core/npy.h"
 #include "kiln/core/status.h"
 #include "kiln/exec/plan_cache.h"
+#include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/runtime/calibration.h"
 
@@ -76,7 +77,7 @@ std::vector<std::string> CompressedLayers(const ir::Graph& fp32, const ir::Graph
   absl::flat_hash_set<std::string> seen;
   for (const ir::Node& n : compressed.nodes()) {
     if (n.removed) continue;
-    std::string name = n.GetString(kernels::kCompressedLayerAttr, "");
+    std::string name = n.GetString(ir::kCompressedLayerAttr, "");
     if (name.empty() && !n.name.empty()) {
       auto it = fp32_ops.find(n.name);
       if (it != fp32_ops.end() && it->second != n.domain + "::" + n.op) name = n.name;

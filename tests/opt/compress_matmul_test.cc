@@ -13,6 +13,7 @@
 #include "kiln/core/cpu_isa.h"
 #include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
+#include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/opt/pass.h"
 
@@ -131,7 +132,7 @@ TEST_P(CompressMatMulTest, Int8LinearReluIsWithinTheQuantizationBound) {
   OptimizationLog log;
   const Graph fp32 = Optimized(m.graph, nullptr, &log);
   const Graph int8 = Optimized(m.graph, &options, &log);
-  EXPECT_EQ(CountOp(int8, kernels::kDynamicQuantMatMulOp), 1) << int8.ToString();
+  EXPECT_EQ(CountOp(int8, ir::kDynamicQuantMatMulOp), 1) << int8.ToString();
   EXPECT_NE(log.ToString().find(options.vnni ? "8-bit weights" : "7-bit weights"),
             std::string::npos)
       << log.ToString();
@@ -172,7 +173,7 @@ TEST_P(CompressMatMulTest, GemmTransBAlphaBetaAndRank3ResidualMatMul) {
             .outputs[0]};
     OptimizationLog log;
     const Graph int8 = Optimized(g, &options, &log);
-    EXPECT_EQ(CountOp(int8, kernels::kDynamicQuantMatMulOp), 1) << int8.ToString();
+    EXPECT_EQ(CountOp(int8, ir::kDynamicQuantMatMulOp), 1) << int8.ToString();
     Tensor xin = Random(Shape{5, k}, 13);
     const auto ref = RunGraph(Optimized(g, nullptr, &log), {xin});
     const auto got = RunGraph(int8, {xin});
@@ -203,7 +204,7 @@ TEST_P(CompressMatMulTest, GemmTransBAlphaBetaAndRank3ResidualMatMul) {
     g.outputs = {y};
     OptimizationLog log;
     const Graph int8 = Optimized(g, &options, &log);
-    EXPECT_EQ(CountOp(int8, kernels::kDynamicQuantMatMulOp), 1) << int8.ToString();
+    EXPECT_EQ(CountOp(int8, ir::kDynamicQuantMatMulOp), 1) << int8.ToString();
     Tensor xin = Random(Shape{2, 7, k}, 22), sin = Random(Shape{2, 7, n}, 23, -10, 10);
     const auto ref = RunGraph(Optimized(g, nullptr, &log), {xin, sin});
     const auto got = RunGraph(int8, {xin, sin});
@@ -228,7 +229,7 @@ TEST_P(CompressMatMulTest, NaNAndInfRowsPropagateAsInFp32) {
   options.vnni = GetParam();
   OptimizationLog log;
   const Graph int8 = Optimized(m.graph, &options, &log);
-  ASSERT_EQ(CountOp(int8, kernels::kDynamicQuantMatMulOp), 1);
+  ASSERT_EQ(CountOp(int8, ir::kDynamicQuantMatMulOp), 1);
   Tensor x = Random(Shape{4, k}, 5);
   x.data<float>()[0 * k + 3] = NAN;
   x.data<float>()[1 * k + 9] = INFINITY;
@@ -257,7 +258,7 @@ TEST_P(CompressMatMulTest, KeepFp32LeavesTheLayerExact) {
   options.keep_fp32.insert("fc");
   OptimizationLog log;
   const Graph kept = Optimized(m.graph, &options, &log);
-  EXPECT_EQ(CountOp(kept, kernels::kDynamicQuantMatMulOp), 0);
+  EXPECT_EQ(CountOp(kept, ir::kDynamicQuantMatMulOp), 0);
   Tensor x = Random(Shape{3, 48}, 42);
   const auto ref = RunGraph(Optimized(m.graph, nullptr, &log), {x});
   const auto got = RunGraph(kept, {x});
@@ -277,7 +278,7 @@ void ExpectBf16Close(const Graph& graph, int64_t rows, int64_t k, int64_t n, con
   options.bf16 = true;
   OptimizationLog log;
   const Graph bf16 = Optimized(graph, &options, &log);
-  ASSERT_EQ(CountOp(bf16, kernels::kBf16MatMulOp), 1) << bf16.ToString();
+  ASSERT_EQ(CountOp(bf16, ir::kBf16MatMulOp), 1) << bf16.ToString();
   Tensor x = Random(Shape{rows, k}, 51);
   const auto ref = RunGraph(Optimized(graph, nullptr, &log), {x});
   const auto got = RunGraph(bf16, {x});
@@ -336,8 +337,8 @@ TEST(CompressMatMul, NullOptionsChangeNothing) {
   Mlp m = LinearRelu(16, 8, 71);
   OptimizationLog log;
   const Graph g = Optimized(m.graph, nullptr, &log);
-  EXPECT_EQ(CountOp(g, kernels::kDynamicQuantMatMulOp), 0);
-  EXPECT_EQ(CountOp(g, kernels::kBf16MatMulOp), 0);
+  EXPECT_EQ(CountOp(g, ir::kDynamicQuantMatMulOp), 0);
+  EXPECT_EQ(CountOp(g, ir::kBf16MatMulOp), 0);
   EXPECT_EQ(log.ToString().find("compress_matmul"), std::string::npos);
 }
 

@@ -1,5 +1,5 @@
 // kiln::DynamicQuantMatMul and kiln::Bf16MatMul, the compressed Linear layers written by
-// src/opt/compress_matmul.cc; the operator contract is include/kiln/kernels/compressed_matmul.h.
+// src/opt/compress_matmul.cc; the operator contract is include/kiln/ir/compressed_matmul.h.
 //
 // int8: A is quantized per row (u8, its own scale and zero point) into scratch, oneDNN's
 // matmul multiplies u8 x s8 into int32 with the weights packed once per model (the
@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
@@ -465,8 +466,8 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
   int64_t macs_ = 0;
 };
 
-KILN_REGISTER_KERNEL_CLASS("kiln", kDynamicQuantMatMulOp, DynamicQuantMatMulKernel);
-KILN_REGISTER_KERNEL_CLASS("kiln", kBf16MatMulOp, Bf16MatMulKernel);
+KILN_REGISTER_KERNEL_CLASS("kiln", ir::kDynamicQuantMatMulOp, DynamicQuantMatMulKernel);
+KILN_REGISTER_KERNEL_CLASS("kiln", ir::kBf16MatMulOp, Bf16MatMulKernel);
 
 }  // namespace
 
