@@ -61,8 +61,8 @@ class ParallelInterleaveStage : public AsyncStageBase {
       for (int i = 0; i < cycle_length_ && !end_of_input_; ++i) {
         KILN_RETURN_IF_ERROR(Refill(i));
       }
-      StartWorkers([this](int i) { WorkerLoop(i); });
     }
+    if (!workers_started()) StartWorkers([this](int i) { WorkerLoop(i); });
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       if (stopping_ || ctx_.cancellation->cancelled()) {
@@ -117,6 +117,7 @@ class ParallelInterleaveStage : public AsyncStageBase {
       Slot& source = slots_[take_from];
       Result result = std::move(source.buffer.front());
       source.buffer.pop_front();
+      ++source.taken;
       if (take_from == cycle_index_ && ++block_index_ == block_length_) AdvanceToNextInCycle();
       lock.unlock();
       worker_cv_.notify_one();
@@ -137,6 +138,8 @@ class ParallelInterleaveStage : public AsyncStageBase {
     std::deque<Result> buffer;
     bool exhausted = false;
     bool busy = false;
+    int64_t ordinal = 0;  // the input element it was made from
+    int64_t taken = 0;    // results the consumer has taken from it (errors included)
   };
 
   void AdvanceToNextInCycle() {
@@ -148,21 +151,110 @@ class ParallelInterleaveStage : public AsyncStageBase {
   absl::Status Refill(int index) {
     Element arg;
     bool input_end = false;
-    KILN_RETURN_IF_ERROR(input_->GetNext(&arg, &input_end));
+    absl::Status s = input_->GetNext(&arg, &input_end);
+    if (!s.ok() || !input_end) ++args_pulled_;
+    KILN_RETURN_IF_ERROR(s);
     std::lock_guard<std::mutex> lock(mu_);
     if (input_end) {
       end_of_input_ = true;
       return absl::OkStatus();
     }
+    return OpenLocked(index, std::move(arg), args_pulled_ - 1);
+  }
+
+  absl::Status OpenLocked(int index, Element arg, int64_t ordinal) {
     KILN_ASSIGN_OR_RETURN(Dataset ds, fn_(std::move(arg)));
     IteratorContext ctx = ctx_.WithCancellation(input_cancellation_);
     ctx.prefix = absl::StrCat(path_, "/fn");
     KILN_ASSIGN_OR_RETURN(slots_[index].it, MakeInputIterator(ds, ctx));
     slots_[index].exhausted = false;
+    slots_[index].ordinal = ordinal;
+    slots_[index].taken = 0;
     ++num_open_;
     return absl::OkStatus();
   }
 
+ protected:
+  // Checkpoints (in order only): the consumer's walk of the cycle, which input element each
+  // open input came from and how many results the consumer took from it; results buffered
+  // ahead are recomputed. A restore pulls the input's elements again (file names, typically),
+  // remakes the open inputs and skips each past what was taken from it.
+  uint64_t StateConfig() const override {
+    return ConfigFingerprint({cycle_length_, block_length_});
+  }
+  absl::Status SaveInternal(StateWriter& w) override {
+    if (!deterministic_) return IteratorBase::SaveInternal(w);
+    std::lock_guard<std::mutex> lock(mu_);
+    w.PutBool(started_);
+    w.PutInt(args_pulled_);
+    w.PutInt(cycle_index_);
+    w.PutInt(block_index_);
+    w.PutBool(end_of_input_);
+    for (const Slot& slot : slots_) {
+      w.PutBool(slot.it != nullptr);
+      if (!slot.it) continue;
+      w.PutInt(slot.ordinal);
+      w.PutInt(slot.taken);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status RestoreInternal(StateReader& r) override {
+    if (!deterministic_) return IteratorBase::RestoreInternal(r);
+    bool started = false, end_of_input = false;
+    int64_t pulled = 0, cycle_index = 0, block_index = 0;
+    KILN_RETURN_IF_ERROR(r.GetBool(&started));
+    KILN_RETURN_IF_ERROR(r.GetInt(&pulled));
+    KILN_RETURN_IF_ERROR(r.GetInt(&cycle_index));
+    KILN_RETURN_IF_ERROR(r.GetInt(&block_index));
+    KILN_RETURN_IF_ERROR(r.GetBool(&end_of_input));
+    std::vector<bool> open(cycle_length_);
+    std::vector<int64_t> ordinal(cycle_length_), taken(cycle_length_);
+    for (int i = 0; i < cycle_length_; ++i) {
+      bool is_open = false;
+      KILN_RETURN_IF_ERROR(r.GetBool(&is_open));
+      open[i] = is_open;
+      if (!is_open) continue;
+      KILN_RETURN_IF_ERROR(r.GetInt(&ordinal[i]));
+      KILN_RETURN_IF_ERROR(r.GetInt(&taken[i]));
+      if (ordinal[i] < 0 || ordinal[i] >= pulled || taken[i] < 0) {
+        return absl::DataLossError(absl::StrCat("RestoreState: corrupt record of stage ", path_));
+      }
+    }
+    if (pulled < 0 || cycle_index < 0 || cycle_index >= cycle_length_ || block_index < 0) {
+      return absl::DataLossError(absl::StrCat("RestoreState: corrupt record of stage ", path_));
+    }
+    if (!started) return absl::OkStatus();
+    std::vector<Element> args(cycle_length_);
+    for (int64_t k = 0; k < pulled; ++k) {
+      Element arg;
+      bool end = false;
+      absl::Status s = input_->GetNext(&arg, &end);
+      if (absl::IsCancelled(s)) return s;
+      if (s.ok() && end) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "RestoreState: the input of stage ", path_, " ended after ", k, " of the ", pulled,
+            " elements it had produced when the state was saved; it changed since"));
+      }
+      for (int i = 0; i < cycle_length_; ++i) {
+        if (open[i] && ordinal[i] == k) args[i] = arg;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    started_ = true;
+    args_pulled_ = pulled;
+    end_of_input_ = end_of_input;
+    cycle_index_ = static_cast<int>(cycle_index);
+    block_index_ = static_cast<int>(block_index);
+    for (int i = 0; i < cycle_length_; ++i) {
+      if (!open[i]) continue;
+      KILN_RETURN_IF_ERROR(OpenLocked(i, std::move(args[i]), ordinal[i]));
+      KILN_RETURN_IF_ERROR(SkipInputExactly(slots_[i].it.get(), taken[i]));
+      slots_[i].taken = taken[i];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
   // The slot a worker should fill next: the first in consumer order that has room.
   int PickSlotLocked() const {
     for (int k = 0; k < cycle_length_; ++k) {
@@ -227,7 +319,8 @@ class ParallelInterleaveStage : public AsyncStageBase {
   const bool deterministic_;
   std::unique_ptr<IteratorBase> input_;
   int per_slot_limit_ = 2;
-  bool started_ = false;
+  bool started_ = false;     // the first cycle_length inputs have been opened
+  int64_t args_pulled_ = 0;  // input elements (and input errors) taken so far
 
   // Guarded by mu_ (the base's), except what the consumer thread alone touches: input_ and
   // the iterators it installs in empty slots.

@@ -237,8 +237,9 @@ TEST(CheckpointTest, RestoreBelowAParallelStageDoesNotRerunFunctions) {
   }
 }
 
-// An Interleave records which input element each open input came from and the open inputs'
-// positions: a restore remakes only those (the inputs finished before are not read again).
+// An Interleave (sequential or parallel) records which input element each open input came
+// from and the open inputs' positions: a restore remakes only those (the inputs finished
+// before are not read again).
 TEST(CheckpointTest, InterleaveRestoreRemakesOnlyTheOpenInputs) {
   auto made = std::make_shared<std::atomic<int64_t>>(0);
   DatasetFn counted = [made](Element e) -> absl::StatusOr<Dataset> {
@@ -246,19 +247,23 @@ TEST(CheckpointTest, InterleaveRestoreRemakesOnlyTheOpenInputs) {
     const int64_t v = *e[0].data<int64_t>();
     return Dataset::Range(v * 100, v * 100 + 5 + v % 3);
   };
-  Dataset ds = Dataset::Range(60).Interleave(counted, 3, 2).Batch(4);
-  auto it = ds.MakeIterator();
-  ASSERT_TRUE(it.ok());
-  Continue(it->get(), 50);
-  ASSERT_GT(made->load(), 30);
-  auto state = (*it)->SaveState();
-  ASSERT_TRUE(state.ok()) << state.status();
-  const std::vector<std::string> expected = Continue(it->get(), kLimit);
-  auto restored = ds.MakeIterator();
-  made->store(0);
-  ASSERT_TRUE((*restored)->RestoreState(*state).ok());
-  EXPECT_LE(made->load(), 3) << "inputs made during RestoreState";
-  EXPECT_EQ(Continue(restored->get(), kLimit), expected);
+  for (int parallel : {kSequential, 3}) {
+    SCOPED_TRACE(parallel);
+    Dataset ds = Dataset::Range(60).Interleave(counted, 3, 2, parallel).Batch(4);
+    auto it = ds.MakeIterator();
+    ASSERT_TRUE(it.ok());
+    made->store(0);
+    Continue(it->get(), 50);
+    ASSERT_GT(made->load(), 30);
+    auto state = (*it)->SaveState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    const std::vector<std::string> expected = Continue(it->get(), kLimit);
+    auto restored = ds.MakeIterator();
+    made->store(0);
+    ASSERT_TRUE((*restored)->RestoreState(*state).ok());
+    EXPECT_LE(made->load(), 3) << "inputs made during RestoreState";
+    EXPECT_EQ(Continue(restored->get(), kLimit), expected);
+  }
 }
 
 int64_t ThreadCpuNanos() {
