@@ -1,6 +1,7 @@
 // kiln.data's native half: kiln::data::Dataset and Iterator, the built-in element functions,
 // and Python callables as map functions, predicates, dataset functions and generators.
 // kiln/data.py gives these tf.data's Python names and argument conventions.
+#include <malloc.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -457,6 +458,17 @@ void RegisterData(py::module_& m) {
       absl::StrAppend(&description, description.empty() ? "" : ", ", f.description);
     }
     return NativeFunction{data::formats::Chain(std::move(fns)), "chain(" + description + ")"};
+  });
+
+  d.def("set_malloc_thresholds", [](int64_t mmap_threshold, int64_t trim_threshold) {
+    // mallopt says 0 for a value glibc rejects.
+    if (mmap_threshold < 0 || trim_threshold < 0 || mmap_threshold > INT32_MAX ||
+        trim_threshold > INT32_MAX ||
+        mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold)) != 1 ||
+        mallopt(M_TRIM_THRESHOLD, static_cast<int>(trim_threshold)) != 1) {
+      throw py::value_error(absl::StrCat("malloc thresholds out of range: mmap ", mmap_threshold,
+                                         ", trim ", trim_threshold));
+    }
   });
 
   py::class_<data::StageStats>(d, "StageStats")

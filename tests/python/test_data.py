@@ -382,3 +382,12 @@ def test_options_and_trace(tmp_path):
     assert os.path.getsize(trace) > 0
     with pytest.raises(ValueError):
         iter(Dataset.range(3).with_options(kiln.data.Options(cpu_budget=-1)))
+
+
+def test_tune_malloc_rejects_bad_values():
+    kiln.data.tune_malloc()  # what bench/python/images_bench.py measures with
+    assert values(Dataset.range(3).map(lambda x: np.zeros(1 << 18) + x)) is not None
+    with pytest.raises(ValueError):
+        kiln.data.tune_malloc(mmap_threshold=-1)
+    with pytest.raises(TypeError):
+        kiln.data.tune_malloc(mmap_threshold="big")
