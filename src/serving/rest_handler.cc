@@ -13,6 +13,7 @@
 #include "kiln/serving/explain.h"
 #include "kiln/serving/inference.h"
 #include "kiln/serving/json_tensor.h"
+#include "kiln/serving/request_logger.h"
 #include "kiln/serving/tensor_proto.h"
 
 namespace kiln::serving {
@@ -385,8 +386,35 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
         });
         if (!parsed.ok()) return fail(parsed.status());
         resolve(**servable, parsed->signature_name);
+        // logging_config: the request as the PredictRequest TF Serving's REST API builds.
+        std::shared_ptr<RequestLogger> logger =
+            loggers_ != nullptr ? loggers_->SampledLogger(spec->name) : nullptr;
+        tensorflow::serving::PredictionLog log;
+        if (logger != nullptr) {
+          auto* logged = log.mutable_predict_log()->mutable_request();
+          logged->mutable_model_spec()->set_name(spec->name);
+          if (spec->version.has_value()) {
+            logged->mutable_model_spec()->mutable_version()->set_value(*spec->version);
+          }
+          if (!spec->label.empty()) logged->mutable_model_spec()->set_version_label(spec->label);
+          logged->mutable_model_spec()->set_signature_name(parsed->signature_name);
+          for (const auto& [key, tensor] : parsed->inputs) {
+            TensorToProto(tensor, &(*logged->mutable_inputs())[key]);
+          }
+        }
         auto result = RunPredict(**servable, parsed->signature_name, std::move(parsed->inputs), {});
         if (!result.ok()) return fail(result.status());
+        if (logger != nullptr) {
+          auto* logged = log.mutable_predict_log()->mutable_response();
+          for (const std::string& key : result->output_order) {
+            TensorToProto(result->outputs.at(key), &(*logged->mutable_outputs())[key]);
+          }
+          logged->mutable_model_spec()->set_name((*servable)->name());
+          logged->mutable_model_spec()->mutable_version()->set_value((*servable)->version());
+          logged->mutable_model_spec()->set_signature_name(result->signature->key);
+          const tensorflow::serving::ModelSpec answered = logged->model_spec();
+          logger->Log(std::move(log), answered);
+        }
         auto body = WritePredictResponse(result->outputs, result->output_order, parsed->format);
         if (!body.ok()) return fail(body.status());
         return JsonResponse(std::move(*body));

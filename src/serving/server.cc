@@ -269,6 +269,7 @@ int RunServer(const ServeFlags& flags) {
 
   RestHandler rest_handler(core.get(), &metrics, metrics_path, flags.rest_api_enable_cors_support,
                            flags.explain_max_evaluations);
+  rest_handler.set_request_loggers(&request_loggers);
   StatusPageOptions page_options;
   page_options.version = kServerVersion;
   page_options.flags = ServeFlagValues(flags);

@@ -36,6 +36,8 @@ int HttpStatusFromCode(absl::StatusCode code);
 // {"error": "<message>"} with the mapped HTTP status.
 HttpResponse ErrorResponse(const absl::Status& status);
 
+class RequestLoggers;
+
 class RestHandler {
  public:
   // `metrics_path` empty: no Prometheus endpoint. `enable_cors_support`
@@ -50,6 +52,10 @@ class RestHandler {
 
   HttpResponse Handle(const HttpRequest& request) const;
 
+  // Models with a logging_config log a sampled share of their :predict requests here (as TF
+  // Serving logs the PredictRequest its REST API converts the JSON to); null: none.
+  void set_request_loggers(RequestLoggers* loggers) { loggers_ = loggers; }
+
  private:
   HttpResponse Route(const HttpRequest& request) const;  // Handle without its guard
   HttpResponse HandleV1(const HttpRequest& request, absl::string_view path) const;
@@ -60,6 +66,7 @@ class RestHandler {
   const std::string metrics_path_;
   const bool enable_cors_support_;
   const int64_t explain_max_evaluations_;
+  RequestLoggers* loggers_ = nullptr;
 };
 
 }  // namespace kiln::serving
