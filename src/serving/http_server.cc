@@ -135,6 +135,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server)
       : stream_(MakeStream(std::move(socket), server)), server_(server) {}
+  // A session dropped on an unexpected path must not leave Shutdown waiting for it.
+  ~Session() { EndRequest(); }
 
   void Start() {
     if constexpr (kTls) {
@@ -169,14 +171,45 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
     Lowest().expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    if (buffer_.size() > 0) {
+      ReadRequest();
+      return;
+    }
+    // Wait for the request's first bytes on their own, so that a request counts as in flight
+    // from then on (Shutdown waits for it, also while its body is still uploading), while a
+    // keep-alive connection with nothing sent does not hold Shutdown up.
+    stream_.async_read_some(buffer_.prepare(64 * 1024),
+                            [self = shared_from_this()](beast::error_code error, size_t bytes) {
+                              self->buffer_.commit(bytes);
+                              if (error) {
+                                self->OnRead(error, 0);
+                                return;
+                              }
+                              self->ReadRequest();
+                            });
+  }
+
+  void ReadRequest() {
+    BeginRequest();
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  }
+
+  // One request in flight, from its first byte until its answer is written or it fails.
+  void BeginRequest() {
+    if (!in_flight_) server_->in_flight.fetch_add(1);
+    in_flight_ = true;
+  }
+  void EndRequest() {
+    if (in_flight_) server_->in_flight.fetch_sub(1);
+    in_flight_ = false;
   }
 
   void OnRead(beast::error_code error, size_t) {
     if (error == http::error::end_of_stream || error == net::error::operation_aborted ||
         error == beast::error::timeout || error == net::error::connection_reset ||
         error == net::error::eof || error == net::ssl::error::stream_truncated) {
+      EndRequest();
       Close();
       return;
     }
@@ -193,7 +226,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       Send(std::move(response), /*keep_alive=*/false, 11);
       return;
     }
-    server_->in_flight.fetch_add(1);
     auto& message = parser_->get();
     HttpRequest request;
     request.method = std::string(message.method_string());
@@ -231,10 +263,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       response.body = GzipCompress(response.body);
       response.gzip = true;
     }
-    Send(std::move(response), keep_alive, message.version(), /*counted=*/true);
+    Send(std::move(response), keep_alive, message.version(), /*whole_request=*/true);
   }
 
-  void Send(HttpResponse response, bool keep_alive, unsigned version, bool counted = false) {
+  void Send(HttpResponse response, bool keep_alive, unsigned version, bool whole_request = false) {
     auto message = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(response.status), version);
     message->set(http::field::server, "kiln");
@@ -250,9 +282,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Lowest().expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
     auto self = shared_from_this();
     http::async_write(stream_, *message,
-                      [self, message, keep_alive, counted](beast::error_code error, size_t) {
-                        if (counted) self->server_->in_flight.fetch_sub(1);
-                        if (!error && !keep_alive && !counted) {
+                      [self, message, keep_alive, whole_request](beast::error_code error, size_t) {
+                        self->EndRequest();
+                        if (!error && !keep_alive && !whole_request) {
                           // An early error answer: read what the client still sends, so that
                           // closing with unread bytes (a TCP reset) does not destroy the
                           // answer before the client reads it.
@@ -297,6 +329,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   HttpServer::Impl* server_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::vector<char> drain_buffer_;
+  bool in_flight_ = false;  // counted in server_->in_flight
 };
 
 }  // namespace

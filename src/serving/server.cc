@@ -1,9 +1,11 @@
 #include "kiln/serving/server.h"
 
 #include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
+#include <simdjson.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -72,6 +74,75 @@ std::string ReadFileOrEmpty(const std::string& path) {
   return text.str();
 }
 
+// Reads a channelz JSON page (int64 fields are strings in proto3 JSON, absent when 0).
+int64_t ChannelzInt(simdjson::dom::element object, const char* key) {
+  std::string_view text;
+  int64_t value = 0;
+  if (object[key].get_string().get(text) == simdjson::SUCCESS) {
+    absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &value);
+  }
+  return value;
+}
+
+// Whether a channelz listing has no further page ("end" is omitted when false).
+bool ChannelzEnd(simdjson::dom::element listing) {
+  bool end = false;
+  return listing["end"].get_bool().get(end) == simdjson::SUCCESS && end;
+}
+
+// The HTTP/2 streams open on every gRPC server of this process, from channelz's per-connection
+// counters: a stream opens with the request's HEADERS frame, so a call whose large message is
+// still uploading counts, while the C++ server sees a unary call only once its whole message
+// has arrived. -1 when channelz cannot tell.
+int64_t OpenGrpcStreams() {
+  simdjson::dom::parser parser;
+  auto page = [&](char* json, simdjson::dom::element* root) {
+    if (json == nullptr) return false;
+    const std::string text(json);
+    gpr_free(json);
+    return parser.parse(text).get(*root) == simdjson::SUCCESS;
+  };
+  int64_t open = 0;
+  int64_t next_server = 0;
+  for (bool servers_end = false; !servers_end;) {
+    simdjson::dom::element servers;
+    if (!page(grpc_channelz_get_servers(next_server), &servers)) return -1;
+    servers_end = ChannelzEnd(servers);
+    simdjson::dom::array server_list;
+    if (servers["server"].get_array().get(server_list) != simdjson::SUCCESS) break;
+    std::vector<int64_t> server_ids;
+    for (simdjson::dom::element server : server_list) {
+      server_ids.push_back(ChannelzInt(server["ref"], "serverId"));
+    }
+    for (int64_t server_id : server_ids) {
+      next_server = std::max(next_server, server_id + 1);
+      int64_t next_socket = 0;
+      for (bool sockets_end = false; !sockets_end;) {
+        simdjson::dom::element sockets;
+        if (!page(grpc_channelz_get_server_sockets(server_id, next_socket, 0), &sockets)) {
+          return -1;
+        }
+        sockets_end = ChannelzEnd(sockets);
+        simdjson::dom::array refs;
+        if (sockets["socketRef"].get_array().get(refs) != simdjson::SUCCESS) break;
+        std::vector<int64_t> socket_ids;
+        for (simdjson::dom::element ref : refs) socket_ids.push_back(ChannelzInt(ref, "socketId"));
+        for (int64_t socket_id : socket_ids) {
+          next_socket = std::max(next_socket, socket_id + 1);
+          simdjson::dom::element socket;
+          // A connection that closed since the listing has no page: nothing open on it.
+          if (!page(grpc_channelz_get_socket(socket_id), &socket)) continue;
+          simdjson::dom::element data;
+          if (socket["socket"]["data"].get(data) != simdjson::SUCCESS) continue;
+          open += ChannelzInt(data, "streamsStarted") - ChannelzInt(data, "streamsSucceeded") -
+                  ChannelzInt(data, "streamsFailed");
+        }
+      }
+    }
+  }
+  return open;
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kiln serve: %s\n", std::string(status.message()).c_str());
   return 1;
@@ -86,6 +157,11 @@ int RunServer(const ServeFlags& flags) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Held for the life of the process, never released: the last grpc_shutdown() (at exit, once
+  // the server is gone) blocks until gRPC's poller threads time out of epoll_wait, which kept
+  // the process seconds after its last request was answered. The process exits right after
+  // RunServer; the kernel takes back what gRPC still holds.
+  grpc_init();
 
   if (flags.model_config_file.empty() && flags.model_base_path.empty()) {
     return Fail(absl::InvalidArgumentError(
@@ -242,6 +318,9 @@ int RunServer(const ServeFlags& flags) {
   builder.RegisterService(&model_service);
   builder.RegisterService(&kserve_service);
   if (health_service != nullptr) builder.RegisterService(health_service.get());
+  // Shutdown reads channelz's per-connection stream counts (OpenGrpcStreams); on by default,
+  // set so that it stays on.
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 1);
   builder.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
   if (flags.grpc_max_threads > 0) {
@@ -361,6 +440,17 @@ int RunServer(const ServeFlags& flags) {
   const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(kShutdownGraceSeconds);
   std::atomic<bool> grpc_stopping{false}, grpc_stopped{false};
   std::thread grpc_stopper([&] {
+    // gRPC's Shutdown cancels every unary call whose request message has not fully arrived yet
+    // (core has no handler left to give it to), so first let the uploads in flight finish:
+    // until every open stream has its handler running. Readiness is already false; for this
+    // while (the uploads' time, at most half the grace) the port still accepts connections.
+    const auto uploads_deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownGraceSeconds) / 2;
+    while (std::chrono::steady_clock::now() < uploads_deadline) {
+      const int64_t open = OpenGrpcStreams();
+      if (open < 0 || open <= rpc_counter.active()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     grpc_stopping = true;
     grpc_server->Shutdown(grace);
     grpc_stopped = true;
@@ -373,7 +463,9 @@ int RunServer(const ServeFlags& flags) {
     while (!grpc_stopped.load() && std::chrono::system_clock::now() < grace) {
       const auto now = std::chrono::steady_clock::now();
       // Cancelling is only meant for a server already shutting down (no new calls).
-      if (rpc_counter.active() > 0 || !grpc_stopping.load()) {
+      // A stream still open (a request still uploading) keeps its connection too; when
+      // channelz cannot tell (-1), the handlers alone decide, as before.
+      if (rpc_counter.active() > 0 || !grpc_stopping.load() || OpenGrpcStreams() > 0) {
         quiet_since = now;
       } else if (now - quiet_since >= std::chrono::milliseconds(200)) {
         grpc_server_cancel_all_calls(grpc_server->c_server());
