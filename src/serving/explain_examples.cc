@@ -195,17 +195,8 @@ absl::StatusOr<std::string> ExplainExamples(const ServableVersion& servable, abs
       }
       std::map<std::string, Tensor> run_inputs;
       run_inputs.emplace(input_key, serialize(ptrs));
-      KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature.key, std::move(run_inputs)));
-      auto it = outputs.find(output_name);
-      if (it == outputs.end() || it->second.num_elements() != count * selected.size) {
-        return absl::InternalError(
-            absl::StrCat("explain: output '", output_name, "' missing or of the wrong size"));
-      }
-      const float* out = it->second.data<float>();
-      for (int64_t r = 0; r < count; ++r) {
-        const int64_t instance = (begin + r) / per_row / B;
-        values[begin + r] = out[r * selected.size + selected.class_index[instance]];
-      }
+      KILN_RETURN_IF_ERROR(RunEvaluationBatch(servable, signature.key, std::move(run_inputs),
+                                              selected, begin, count, per_row * B, &values));
     }
     return values;
   };

@@ -70,6 +70,14 @@ struct OutputSelection {
   std::vector<int64_t> class_index;
 };
 
+// Runs rows [begin, begin + count) of the evaluation matrix (already built into `inputs`) and
+// stores each row's explained value in (*values)[row]; `rows_per_instance` rows belong to
+// each instance (all its baselines' evaluations).
+absl::Status RunEvaluationBatch(const ServableVersion& servable, const std::string& signature_key,
+                                std::map<std::string, Tensor> inputs,
+                                const OutputSelection& selected, int64_t begin, int64_t count,
+                                int64_t rows_per_instance, std::vector<double>* values);
+
 OutputSelection SelectClasses(const std::string& name, const Tensor& output, int64_t num_instances);
 
 // The explained output: the metadata's, else the class scores ("scores", "probabilities")

@@ -368,6 +368,24 @@ void AppendExplanation(const ShapleyAttribution& a, const std::string& feature_a
   out->append("}]}");
 }
 
+absl::Status RunEvaluationBatch(const ServableVersion& servable, const std::string& signature_key,
+                                std::map<std::string, Tensor> inputs,
+                                const OutputSelection& selected, int64_t begin, int64_t count,
+                                int64_t rows_per_instance, std::vector<double>* values) {
+  KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature_key, std::move(inputs)));
+  auto it = outputs.find(selected.name);
+  if (it == outputs.end() || it->second.num_elements() != count * selected.size) {
+    return absl::InternalError(
+        absl::StrCat("explain: output '", selected.name, "' missing or of the wrong size"));
+  }
+  const float* out = it->second.data<float>();
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t instance = (begin + r) / rows_per_instance;
+    (*values)[begin + r] = out[r * selected.size + selected.class_index[instance]];
+  }
+  return absl::OkStatus();
+}
+
 OutputSelection SelectClasses(const std::string& name, const Tensor& output,
                               int64_t num_instances) {
   OutputSelection s{name, output.num_elements() / num_instances,
@@ -534,17 +552,8 @@ absl::StatusOr<std::string> ExplainTensors(const ServableVersion& servable, absl
         col += row_sizes[k];
         inputs.emplace(signature.input_keys[k], std::move(t));
       }
-      KILN_ASSIGN_OR_RETURN(auto outputs, servable.Run(signature.key, std::move(inputs)));
-      auto it = outputs.find(output_name);
-      if (it == outputs.end() || it->second.num_elements() != count * selected.size) {
-        return absl::InternalError(
-            absl::StrCat("explain: output '", output_name, "' missing or of the wrong size"));
-      }
-      const float* out = it->second.data<float>();
-      for (int64_t r = 0; r < count; ++r) {
-        const int64_t instance = (begin + r) / per_row / B;
-        values[begin + r] = out[r * selected.size + selected.class_index[instance]];
-      }
+      KILN_RETURN_IF_ERROR(RunEvaluationBatch(servable, signature.key, std::move(inputs), selected,
+                                              begin, count, per_row * B, &values));
     }
     return values;
   };
