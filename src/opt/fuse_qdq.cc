@@ -36,14 +36,10 @@
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/int8_ops.h"
 #include "kiln/opt/pass.h"
+#include "opt/graph_view.h"
 
 namespace kiln::opt {
 namespace {
-
-using ir::Graph;
-using ir::Node;
-using ir::NodeId;
-using ir::ValueId;
 
 bool IsOnnx(const Node& n, const char* op) { return n.domain.empty() && n.op == op; }
 

@@ -42,14 +42,10 @@
 #include "kiln/core/status.h"
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/opt/pass.h"
+#include "opt/graph_view.h"
 
 namespace kiln::opt {
 namespace {
-
-using ir::Graph;
-using ir::Node;
-using ir::NodeId;
-using ir::ValueId;
 
 // Bounds above this count as unknown: a later Mul or Exp could overflow them to Inf, and
 // Inf * 0 is NaN, not 0.
