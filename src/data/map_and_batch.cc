@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/async_stage.h"
 #include "data/nodes.h"
+#include "data/stage_steps.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data {
@@ -70,11 +71,11 @@ absl::Status CheckFits(const Element& element, const std::vector<Tensor>& batch,
   return absl::OkStatus();
 }
 
-class MapIntoSlotsStage : public AsyncStage {
+class MapIntoSlotsStage : public OneElementStage {
  public:
   MapIntoSlotsStage(const IteratorContext& ctx, Config config, Dataset input, const MapFn& fn,
                     int64_t batch_size, std::shared_ptr<BatchSlots> slots)
-      : AsyncStage(ctx, config, std::move(input)),
+      : OneElementStage(ctx, config, std::move(input)),
         fn_(fn),
         batch_size_(batch_size),
         deterministic_(config.deterministic),
@@ -82,9 +83,6 @@ class MapIntoSlotsStage : public AsyncStage {
   ~MapIntoSlotsStage() override { Shutdown(); }
 
  protected:
-  absl::Status Pull(IteratorBase* input, InputUnit* unit, bool* end) override {
-    return input->GetNext(&unit->element, end);
-  }
   absl::Status Process(InputUnit& unit, Element* out) override {
     absl::StatusOr<Element> result = fn_(std::move(unit.element));
     if (!result.ok()) return result.status();

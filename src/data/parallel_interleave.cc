@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/async_stage.h"
 #include "data/nodes.h"
+#include "data/stage_steps.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data {
@@ -225,20 +226,7 @@ class ParallelInterleaveStage : public AsyncStageBase {
     }
     if (!started) return absl::OkStatus();
     std::vector<Element> args(cycle_length_);
-    for (int64_t k = 0; k < pulled; ++k) {
-      Element arg;
-      bool end = false;
-      absl::Status s = input_->GetNext(&arg, &end);
-      if (absl::IsCancelled(s)) return s;
-      if (s.ok() && end) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "RestoreState: the input of stage ", path_, " ended after ", k, " of the ", pulled,
-            " elements it had produced when the state was saved; it changed since"));
-      }
-      for (int i = 0; i < cycle_length_; ++i) {
-        if (open[i] && ordinal[i] == k) args[i] = arg;
-      }
-    }
+    KILN_RETURN_IF_ERROR(ReplayInterleaveInputs(*input_, path_, pulled, open, ordinal, &args));
     std::lock_guard<std::mutex> lock(mu_);
     started_ = true;
     args_pulled_ = pulled;

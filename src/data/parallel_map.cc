@@ -3,21 +3,19 @@
 #include "absl/strings/str_cat.h"
 #include "data/async_stage.h"
 #include "data/nodes.h"
+#include "data/stage_steps.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data {
 namespace {
 
-class ParallelMapStage : public AsyncStage {
+class ParallelMapStage : public OneElementStage {
  public:
   ParallelMapStage(const IteratorContext& ctx, Config config, Dataset input, const MapFn& fn)
-      : AsyncStage(ctx, std::move(config), std::move(input)), fn_(fn) {}
+      : OneElementStage(ctx, std::move(config), std::move(input)), fn_(fn) {}
   ~ParallelMapStage() override { Shutdown(); }
 
  protected:
-  absl::Status Pull(IteratorBase* input, InputUnit* unit, bool* end) override {
-    return input->GetNext(&unit->element, end);
-  }
   absl::Status Process(InputUnit& unit, Element* out) override {
     absl::StatusOr<Element> result = fn_(std::move(unit.element));
     if (!result.ok()) return result.status();
@@ -30,15 +28,12 @@ class ParallelMapStage : public AsyncStage {
   const MapFn& fn_;
 };
 
-class PrefetchStage : public AsyncStage {
+class PrefetchStage : public OneElementStage {
  public:
-  using AsyncStage::AsyncStage;
+  using OneElementStage::OneElementStage;
   ~PrefetchStage() override { Shutdown(); }
 
  protected:
-  absl::Status Pull(IteratorBase* input, InputUnit* unit, bool* end) override {
-    return input->GetNext(&unit->element, end);
-  }
   absl::Status Process(InputUnit& unit, Element* out) override {
     *out = std::move(unit.element);
     return absl::OkStatus();

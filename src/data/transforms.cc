@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/internal.h"
 #include "data/nodes.h"
+#include "data/stage_steps.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data {
@@ -1028,13 +1029,7 @@ class InterleaveNode : public DatasetNode {
                  std::string name)
       : input_(std::move(input)), fn_(std::move(fn)), cycle_length_(cycle_length),
         block_length_(block_length), name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    auto it = std::make_unique<It>(ctx, this);
-    KILN_RETURN_IF_ERROR(it->Init());
-    return std::unique_ptr<IteratorBase>(std::move(it));
-  }
+  KILN_DATA_NODE_BOILERPLATE(name_)
 
  private:
   // tf.data's InterleaveDataset algorithm, step for step, so that orders match.
@@ -1119,20 +1114,8 @@ class InterleaveNode : public DatasetNode {
         }
       }
       std::vector<Element> args(cycle_length_);
-      for (int64_t k = 0; k < pulled; ++k) {
-        Element arg;
-        bool end = false;
-        absl::Status s = input_->GetNext(&arg, &end);
-        if (absl::IsCancelled(s)) return s;
-        if (s.ok() && end) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "RestoreState: the input of stage ", path_, " ended after ", k, " of the ", pulled,
-              " elements it had produced when the state was saved; it changed since"));
-        }
-        for (int i = 0; i < cycle_length_; ++i) {
-          if (open[i] && arg_ordinal_[i] == k) args[i] = arg;
-        }
-      }
+      KILN_RETURN_IF_ERROR(
+          ReplayInterleaveInputs(*input_, path_, pulled, open, arg_ordinal_, &args));
       args_pulled_ = pulled;
       if (end_of_input_) {
         bool end = false;
