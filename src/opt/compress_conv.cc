@@ -268,18 +268,7 @@ class Int8ConvRewriter {
         g_.AddConstant(g_.UniqueName(g_.value(old.inputs[1]).name + "/int8"), std::move(wq));
 
     const auto [x, x_params] = Int8Input(old.inputs[0]);
-    Node n;
-    n.op = ir::kInt8ConvOp;
-    n.domain = "kiln";
-    n.name = old.name;
-    for (const char* attr : {"strides", "pads", "dilations", "group", "auto_pad", "kernel_shape"}) {
-      auto it = old.attrs.find(attr);
-      if (it != old.attrs.end()) n.attrs[attr] = it->second;
-    }
-    ir::SetPostOps(n, ir::GetPostOps(old));
-    n.attrs["x_scale"] = x_params.scale;
-    n.attrs["x_zero_point"] = int64_t{0};
-    n.attrs["w_scales"] = w_scales;
+    Node n = Int8ConvReplacing(old, ir::GetPostOps(old), x_params.scale, 0, w_scales);
     const ValueId bias =
         old.inputs.size() > 2 && old.inputs[2] != ResidualOf(old) ? old.inputs[2] : ir::kNoValue;
     n.inputs = {x, wq_value, bias};

@@ -306,18 +306,7 @@ class QdqFuser {
   void Rewrite(const QConv& q) {
     const Node conv = g_.node(q.conv);
     const ValueId x = Nhwc(q.x);
-    Node n;
-    n.op = ir::kInt8ConvOp;
-    n.domain = "kiln";
-    n.name = conv.name;
-    for (const char* attr : {"strides", "pads", "dilations", "group", "auto_pad", "kernel_shape"}) {
-      auto it = conv.attrs.find(attr);
-      if (it != conv.attrs.end()) n.attrs[attr] = it->second;
-    }
-    ir::SetPostOps(n, q.post_ops);
-    n.attrs["x_scale"] = q.x_scale;
-    n.attrs["x_zero_point"] = q.x_zero_point;
-    n.attrs["w_scales"] = q.w_scales;
+    Node n = Int8ConvReplacing(conv, q.post_ops, q.x_scale, q.x_zero_point, q.w_scales);
     const DType y_type = q.y_type;
     n.attrs["out_type"] = std::string(ir::Int8TypeName(y_type));
     n.attrs["y_scale"] = q.y_scale;

@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/graph.h"
+#include "kiln/ir/int8_ops.h"
 
 namespace kiln::opt {
 
@@ -123,6 +125,28 @@ inline void TakeOverOutput(ir::Graph& g, ir::NodeId producer, int index, ir::Val
 
 inline ir::NodeId IdOf(ir::Graph& g, const ir::Node* n) {
   return static_cast<ir::NodeId>(n - &g.node(0));
+}
+
+// The kiln::Int8Conv (kiln/ir/int8_ops.h) that replaces the convolution `conv`
+// (compress_conv.cc, fuse_qdq.cc): its name and window attributes, the fused post-ops, the
+// input's quantization and the weights' scales per output channel. The caller adds the inputs,
+// outputs and output quantization.
+inline ir::Node Int8ConvReplacing(const ir::Node& conv, const std::vector<ir::PostOp>& post_ops,
+                                  float x_scale, int64_t x_zero_point,
+                                  const std::vector<float>& w_scales) {
+  ir::Node n;
+  n.op = ir::kInt8ConvOp;
+  n.domain = "kiln";
+  n.name = conv.name;
+  for (const char* attr : {"strides", "pads", "dilations", "group", "auto_pad", "kernel_shape"}) {
+    auto it = conv.attrs.find(attr);
+    if (it != conv.attrs.end()) n.attrs[attr] = it->second;
+  }
+  ir::SetPostOps(n, post_ops);
+  n.attrs["x_scale"] = x_scale;
+  n.attrs["x_zero_point"] = x_zero_point;
+  n.attrs["w_scales"] = w_scales;
+  return n;
 }
 
 // "Div 'a' + Erf 'b' + Add 'c'": the nodes a rewrite replaced, for its ctx.Note.
