@@ -1,3 +1,8 @@
+// Why one file of ~1,100 lines: ServerCore's config reload, file-system polling, (re)loading
+// with retries, unloading and lookup all read and write the same ModelEntry table under one
+// mutex, and TF Serving's version rules (aspired versions, labels, per-model batching, the
+// metadata-only signatures) are the helpers they share. Split by concern, each part would
+// need that private state exposed in a header.
 #include "kiln/serving/server_core.h"
 
 #include <fcntl.h>
@@ -98,6 +103,23 @@ ServableVersion::ServableVersion(std::string name, int64_t version,
 
 namespace {
 
+// Parses a text-format proto; when it is not one, false with the parser's errors in `errors`
+// ("line:column: message", 1-based, "; " between them).
+bool ParseTextProto(const std::string& text, google::protobuf::Message* proto,
+                    std::string* errors) {
+  google::protobuf::TextFormat::Parser parser;
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string* errors;
+    void AddError(int line, int column, const std::string& message) override {
+      absl::StrAppend(errors, errors->empty() ? "" : "; ", line + 1, ":", column + 1, ": ",
+                      message);
+    }
+  } collector;
+  collector.errors = errors;
+  parser.RecordErrorsTo(&collector);
+  return parser.ParseFromString(text, proto);
+}
+
 // Runs the model and records the time spent in the runtime (TF Serving's runtime_latency).
 absl::StatusOr<std::map<std::string, Tensor>> TimedRun(const runtime::Model& model,
                                                        const std::string& signature,
@@ -158,20 +180,12 @@ absl::StatusOr<ModelServerConfig> ReadModelServerConfig(const std::string& path)
   std::stringstream text;
   text << file.rdbuf();
   ModelServerConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  struct Collector : google::protobuf::io::ErrorCollector {
-    std::string errors;
-    void AddError(int line, int column, const std::string& message) override {
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", line + 1, ":", column + 1, ": ",
-                      message);
-    }
-  } collector;
-  parser.RecordErrorsTo(&collector);
-  if (!parser.ParseFromString(text.str(), &config)) {
+  std::string errors;
+  if (!ParseTextProto(text.str(), &config, &errors)) {
     // TF Serving's words: scripts and TF Serving's own tests look for them.
     return absl::InvalidArgumentError(
-        absl::StrCat("Error parsing text-format tensorflow.serving.ModelServerConfig: ",
-                     collector.errors, " (model config file ", path, ")"));
+        absl::StrCat("Error parsing text-format tensorflow.serving.ModelServerConfig: ", errors,
+                     " (model config file ", path, ")"));
   }
   return config;
 }
@@ -476,18 +490,10 @@ absl::StatusOr<std::optional<BatchingOptions>> PerModelBatching(const std::strin
   text << in.rdbuf();
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", file.string()));
   tensorflow::serving::BatchingParameters params;
-  google::protobuf::TextFormat::Parser parser;
-  struct Collector : google::protobuf::io::ErrorCollector {
-    std::string errors;
-    void AddError(int line, int column, const std::string& message) override {
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", line + 1, ":", column + 1, ": ",
-                      message);
-    }
-  } collector;
-  parser.RecordErrorsTo(&collector);
-  if (!parser.ParseFromString(text.str(), &params)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.string(), " is not a valid BatchingParameters text proto: ", collector.errors));
+  std::string errors;
+  if (!ParseTextProto(text.str(), &params, &errors)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.string(), " is not a valid BatchingParameters text proto: ", errors));
   }
   auto options = BatchingOptionsFromProto(params);
   if (!options.ok()) return Annotate(options.status(), file.string());
