@@ -12,20 +12,31 @@
 namespace kiln::data {
 namespace {
 
+// name() and MakeIterator() of a source node whose iterator `It` is made from (ctx, `arg`) and
+// has nothing to Init().
+#define KILN_SOURCE_NODE_BOILERPLATE(Name, arg)                                          \
+  std::string name() const override { return Name; }                                     \
+  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(const IteratorContext& ctx) \
+      const override {                                                                   \
+    return std::unique_ptr<IteratorBase>(new It(ctx, arg));                              \
+  }
+
+// What GetNextInternal returns past the last element.
+absl::Status EndOfSequence(bool* end) {
+  *end = true;
+  return absl::OkStatus();
+}
+
 // ---- Range ----
 
 class RangeNode : public DatasetNode {
  public:
   RangeNode(int64_t start, int64_t stop, int64_t step) : start_(start), stop_(stop), step_(step) {}
-  std::string name() const override { return "Range"; }
   int64_t Cardinality() const override {
     if (step_ > 0) return std::max<int64_t>(0, (stop_ - start_ + step_ - 1) / step_);
     return std::max<int64_t>(0, (start_ - stop_ - step_ - 1) / -step_);
   }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    return std::unique_ptr<IteratorBase>(new It(ctx, this));
-  }
+  KILN_SOURCE_NODE_BOILERPLATE("Range", this)
 
  private:
   class It : public IteratorBase {
@@ -37,10 +48,7 @@ class RangeNode : public DatasetNode {
           stop_(node->stop_),
           step_(node->step_) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
-      if (step_ > 0 ? next_ >= stop_ : next_ <= stop_) {
-        *end = true;
-        return absl::OkStatus();
-      }
+      if (step_ > 0 ? next_ >= stop_ : next_ <= stop_) return EndOfSequence(end);
       out->tensors.resize(1);
       Tensor& t = out->tensors[0];
       // `*out` is being overwritten: when no one else holds its previous scalar's buffer, reuse
@@ -81,12 +89,8 @@ class RangeNode : public DatasetNode {
 class FromTensorsNode : public DatasetNode {
  public:
   explicit FromTensorsNode(Element element) : element_(std::move(element)) {}
-  std::string name() const override { return "FromTensors"; }
   int64_t Cardinality() const override { return 1; }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    return std::unique_ptr<IteratorBase>(new It(ctx, element_));
-  }
+  KILN_SOURCE_NODE_BOILERPLATE("FromTensors", element_)
 
  private:
   class It : public IteratorBase {
@@ -94,10 +98,7 @@ class FromTensorsNode : public DatasetNode {
     It(const IteratorContext& ctx, const Element& e)
         : IteratorBase(ctx, "FromTensors", false), element_(e) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
-      if (done_) {
-        *end = true;
-        return absl::OkStatus();
-      }
+      if (done_) return EndOfSequence(end);
       done_ = true;
       *out = element_;
       return absl::OkStatus();
@@ -113,12 +114,8 @@ class FromTensorsNode : public DatasetNode {
 class FromTensorSlicesNode : public DatasetNode {
  public:
   FromTensorSlicesNode(Element element, int64_t rows) : element_(std::move(element)), rows_(rows) {}
-  std::string name() const override { return "FromTensorSlices"; }
   int64_t Cardinality() const override { return rows_; }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    return std::unique_ptr<IteratorBase>(new It(ctx, this));
-  }
+  KILN_SOURCE_NODE_BOILERPLATE("FromTensorSlices", this)
 
  private:
   class It : public IteratorBase {
@@ -126,10 +123,7 @@ class FromTensorSlicesNode : public DatasetNode {
     It(const IteratorContext& ctx, const FromTensorSlicesNode* node)
         : IteratorBase(ctx, "FromTensorSlices", false), node_(node) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
-      if (index_ >= node_->rows_) {
-        *end = true;
-        return absl::OkStatus();
-      }
+      if (index_ >= node_->rows_) return EndOfSequence(end);
       out->tensors.clear();
       for (const Tensor& t : node_->element_.tensors) out->tensors.push_back(t.SubTensor(index_));
       out->names = node_->element_.names;
@@ -161,11 +155,7 @@ class FromTensorSlicesNode : public DatasetNode {
 class GeneratorNode : public DatasetNode {
  public:
   explicit GeneratorNode(std::function<Generator()> make) : make_(std::move(make)) {}
-  std::string name() const override { return "Generator"; }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    return std::unique_ptr<IteratorBase>(new It(ctx, make_));
-  }
+  KILN_SOURCE_NODE_BOILERPLATE("Generator", make_)
 
  private:
   class It : public IteratorBase {
@@ -173,10 +163,7 @@ class GeneratorNode : public DatasetNode {
     It(const IteratorContext& ctx, const std::function<Generator()>& make)
         : IteratorBase(ctx, "Generator", false), make_(make) {}
     absl::Status GetNextInternal(Element* out, bool* end) override {
-      if (done_) {
-        *end = true;
-        return absl::OkStatus();
-      }
+      if (done_) return EndOfSequence(end);
       // Created on the first GetNext, as a Python generator starts running on its first next().
       if (!generator_) generator_ = make_();
       absl::StatusOr<std::optional<Element>> next = generator_();
@@ -205,12 +192,8 @@ class ListFilesNode : public DatasetNode {
  public:
   ListFilesNode(std::vector<std::string> files, bool shuffle, std::optional<uint64_t> seed)
       : files_(std::move(files)), shuffle_(shuffle), seed_(seed) {}
-  std::string name() const override { return "ListFiles"; }
   int64_t Cardinality() const override { return static_cast<int64_t>(files_.size()); }
-  absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    return std::unique_ptr<IteratorBase>(new It(ctx, this));
-  }
+  KILN_SOURCE_NODE_BOILERPLATE("ListFiles", this)
 
  private:
   // The order of one epoch. With a seed every iterator of one dataset would be shuffled alike
@@ -239,10 +222,7 @@ class ListFilesNode : public DatasetNode {
     }
     absl::Status GetNextInternal(Element* out, bool* end) override {
       if (!ordered_) Order();
-      if (index_ >= files_.size()) {
-        *end = true;
-        return absl::OkStatus();
-      }
+      if (index_ >= files_.size()) return EndOfSequence(end);
       out->tensors.assign(1, Tensor::Scalar<std::string>(files_[index_++]));
       out->names.reset();
       return absl::OkStatus();
