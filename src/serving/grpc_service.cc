@@ -18,21 +18,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-namespace {
-// Runs one RPC's work; an exception that escapes it (a failed allocation while decoding or
-// encoding) becomes this RPC's error instead of gRPC's "Unexpected error in RPC handling".
-template <typename Fn>
-absl::Status Guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of memory while handling this request");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
-  }
-}
-}  // namespace
-
 absl::StatusOr<ModelSpecRef> SpecFromProto(const ModelSpec& spec) {
   if (spec.name().empty()) return absl::InvalidArgumentError("Missing ModelSpec");
   ModelSpecRef ref;
@@ -101,108 +86,93 @@ void PredictionServiceImpl::Record(const std::string& model, const char* api,
   }
 }
 
-grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext* context,
-                                            const PredictRequest* request,
-                                            PredictResponse* response) {
+// The RPC is counted and bounded by the client's deadline; the servable that the request's
+// model_spec names is looked up and its signature resolved (the latency's labels); `run` answers;
+// the latency is recorded and a sampled successful request logged with its response.
+template <typename Request, typename Response, typename Run, typename LogOf>
+grpc::Status PredictionServiceImpl::ServeModelSpec(grpc::ServerContext* context, const char* api,
+                                                   const Request* request, Response* response,
+                                                   Run&& run, LogOf&& log_of) {
   RpcCounter::Scope rpc(counter_);
   // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
   RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
+  const ModelSpec& spec = request->model_spec();
   Resolved resolved;
-  const absl::Status status = Guarded([&]() -> absl::Status {
-    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
-    Resolve(*servable, request->model_spec().signature_name(), &resolved);
-    std::map<std::string, Tensor> inputs;
-    for (const auto& [key, proto] : request->inputs()) {
-      KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
-    }
-    std::vector<std::string> filter(request->output_filter().begin(),
-                                    request->output_filter().end());
-    KILN_ASSIGN_OR_RETURN(
-        PredictResult result,
-        RunPredict(*servable, request->model_spec().signature_name(), std::move(inputs), filter));
-    const bool as_content = core_->options().enable_serialization_as_tensor_content;
-    for (const std::string& key : result.output_order) {
-      tensorflow::TensorProto& out = (*response->mutable_outputs())[key];
-      if (as_content) {
-        out = ToTensorProto(result.outputs.at(key));  // TF's Tensor::AsProtoTensorContent
-      } else {
-        TensorToProto(result.outputs.at(key), &out);
-      }
-    }
-    FillSpec(*servable, result.signature->key, response->mutable_model_spec());
-    return absl::OkStatus();
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, spec));
+    Resolve(*servable, spec.signature_name(), &resolved);
+    return run(*servable);
   });
-  Record(request->model_spec().name(), "predict", status, start_ns, resolved.version,
-         resolved.signature);
+  Record(spec.name(), api, status, start_ns, resolved.version, resolved.signature);
   if (status.ok()) {
-    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
-               [&](PredictionLog* log) {
-                 *log->mutable_predict_log()->mutable_request() = *request;
-                 *log->mutable_predict_log()->mutable_response() = *response;
-               });
+    LogRequest(loggers_, spec.name(), response->model_spec(), [&](PredictionLog* log) {
+      auto* entry = log_of(log);
+      *entry->mutable_request() = *request;
+      *entry->mutable_response() = *response;
+    });
   }
   return ToGrpcStatus(status);
+}
+
+grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext* context,
+                                            const PredictRequest* request,
+                                            PredictResponse* response) {
+  return ServeModelSpec(
+      context, "predict", request, response,
+      [&](const ServableVersion& servable) -> absl::Status {
+        std::map<std::string, Tensor> inputs;
+        for (const auto& [key, proto] : request->inputs()) {
+          KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
+        }
+        std::vector<std::string> filter(request->output_filter().begin(),
+                                        request->output_filter().end());
+        KILN_ASSIGN_OR_RETURN(PredictResult result,
+                              RunPredict(servable, request->model_spec().signature_name(),
+                                         std::move(inputs), filter));
+        const bool as_content = core_->options().enable_serialization_as_tensor_content;
+        for (const std::string& key : result.output_order) {
+          tensorflow::TensorProto& out = (*response->mutable_outputs())[key];
+          if (as_content) {
+            out = ToTensorProto(result.outputs.at(key));  // TF's Tensor::AsProtoTensorContent
+          } else {
+            TensorToProto(result.outputs.at(key), &out);
+          }
+        }
+        FillSpec(servable, result.signature->key, response->mutable_model_spec());
+        return absl::OkStatus();
+      },
+      [](PredictionLog* log) { return log->mutable_predict_log(); });
 }
 
 grpc::Status PredictionServiceImpl::Classify(grpc::ServerContext* context,
                                              const ClassificationRequest* request,
                                              ClassificationResponse* response) {
-  RpcCounter::Scope rpc(counter_);
-  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(DeadlineOf(context));
-  const int64_t start_ns = NowNanos();
-  Resolved resolved;
-  const absl::Status status = Guarded([&]() -> absl::Status {
-    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
-    Resolve(*servable, request->model_spec().signature_name(), &resolved);
-    KILN_ASSIGN_OR_RETURN(
-        *response->mutable_result(),
-        RunClassify(*servable, request->model_spec().signature_name(), request->input()));
-    const std::string& name = request->model_spec().signature_name();
-    FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
-    return absl::OkStatus();
-  });
-  Record(request->model_spec().name(), "classify", status, start_ns, resolved.version,
-         resolved.signature);
-  if (status.ok()) {
-    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
-               [&](PredictionLog* log) {
-                 *log->mutable_classify_log()->mutable_request() = *request;
-                 *log->mutable_classify_log()->mutable_response() = *response;
-               });
-  }
-  return ToGrpcStatus(status);
+  return ServeModelSpec(
+      context, "classify", request, response,
+      [&](const ServableVersion& servable) -> absl::Status {
+        const std::string& name = request->model_spec().signature_name();
+        KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
+                              RunClassify(servable, name, request->input()));
+        FillSpec(servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
+        return absl::OkStatus();
+      },
+      [](PredictionLog* log) { return log->mutable_classify_log(); });
 }
 
 grpc::Status PredictionServiceImpl::Regress(grpc::ServerContext* context,
                                             const RegressionRequest* request,
                                             RegressionResponse* response) {
-  RpcCounter::Scope rpc(counter_);
-  // The client's deadline bounds the run and its wait in a batch queue (deadline.h).
-  RequestDeadlineScope deadline(DeadlineOf(context));
-  const int64_t start_ns = NowNanos();
-  Resolved resolved;
-  const absl::Status status = Guarded([&]() -> absl::Status {
-    KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->model_spec()));
-    Resolve(*servable, request->model_spec().signature_name(), &resolved);
-    KILN_ASSIGN_OR_RETURN(
-        *response->mutable_result(),
-        RunRegress(*servable, request->model_spec().signature_name(), request->input()));
-    const std::string& name = request->model_spec().signature_name();
-    FillSpec(*servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
-    return absl::OkStatus();
-  });
-  Record(request->model_spec().name(), "regress", status, start_ns, resolved.version,
-         resolved.signature);
-  if (status.ok()) {
-    LogRequest(loggers_, request->model_spec().name(), response->model_spec(),
-               [&](PredictionLog* log) {
-                 *log->mutable_regress_log()->mutable_request() = *request;
-                 *log->mutable_regress_log()->mutable_response() = *response;
-               });
-  }
-  return ToGrpcStatus(status);
+  return ServeModelSpec(
+      context, "regress", request, response,
+      [&](const ServableVersion& servable) -> absl::Status {
+        const std::string& name = request->model_spec().signature_name();
+        KILN_ASSIGN_OR_RETURN(*response->mutable_result(),
+                              RunRegress(servable, name, request->input()));
+        FillSpec(servable, name.empty() ? kDefaultSignature : name, response->mutable_model_spec());
+        return absl::OkStatus();
+      },
+      [](PredictionLog* log) { return log->mutable_regress_log(); });
 }
 
 grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext* context,
@@ -213,7 +183,7 @@ grpc::Status PredictionServiceImpl::MultiInference(grpc::ServerContext* context,
   RequestDeadlineScope deadline(DeadlineOf(context));
   const int64_t start_ns = NowNanos();
   std::string model;
-  const absl::Status status = Guarded([&]() -> absl::Status {
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
     if (request->tasks().empty()) return absl::InvalidArgumentError("Empty tasks list");
     model = request->tasks(0).model_spec().name();
     KILN_ASSIGN_OR_RETURN(auto servable, LookupProto(core_, request->tasks(0).model_spec()));
@@ -234,7 +204,7 @@ grpc::Status PredictionServiceImpl::GetModelMetadata(grpc::ServerContext*,
                                                      const GetModelMetadataRequest* request,
                                                      GetModelMetadataResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = Guarded([&]() -> absl::Status {
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
     if (request->metadata_field().empty()) {
       return absl::InvalidArgumentError(
           "GetModelMetadataRequest must specify at least one metadata_field");
@@ -279,7 +249,7 @@ grpc::Status ModelServiceImpl::GetModelStatus(grpc::ServerContext*,
                                               const GetModelStatusRequest* request,
                                               GetModelStatusResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = Guarded([&]() -> absl::Status {
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(ModelSpecRef ref, SpecFromProto(request->model_spec()));
     std::optional<int64_t> version = ref.version;
     if (!ref.label.empty()) {

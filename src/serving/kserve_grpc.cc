@@ -140,17 +140,6 @@ absl::StatusOr<ModelSpecRef> Spec(const std::string& name, const std::string& ve
   return spec;
 }
 
-template <typename Fn>
-absl::Status Guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of memory while handling this request");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
-  }
-}
-
 }  // namespace
 
 grpc::Status KServeGrpcService::ServerLive(grpc::ServerContext*,
@@ -203,7 +192,7 @@ grpc::Status KServeGrpcService::ModelMetadata(grpc::ServerContext*,
                                               const inference::ModelMetadataRequest* request,
                                               inference::ModelMetadataResponse* response) {
   RpcCounter::Scope rpc(counter_);
-  const absl::Status status = Guarded([&]() -> absl::Status {
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(ModelSpecRef spec, Spec(request->name(), request->version()));
     KILN_ASSIGN_OR_RETURN(auto servable, core_->Lookup(spec));
     const runtime::Model& model = servable->model();
@@ -235,7 +224,7 @@ grpc::Status KServeGrpcService::ModelInfer(grpc::ServerContext* context,
       context == nullptr ? 0 : RequestDeadlineScope::FromSystemDeadline(context->deadline()));
   const int64_t start_ns = NowNanos();
   std::string version, signature_key;
-  const absl::Status status = Guarded([&]() -> absl::Status {
+  const absl::Status status = GuardedRpc([&]() -> absl::Status {
     KILN_ASSIGN_OR_RETURN(ModelSpecRef spec, Spec(request->model_name(), request->model_version()));
     KILN_ASSIGN_OR_RETURN(auto servable, core_->Lookup(spec));
     version = std::to_string(servable->version());

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "kiln/core/status.h"
 
 namespace kiln::serving {
 
@@ -49,28 +50,35 @@ absl::Status FieldError(const char* field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("--ssl_config_file: ", field, " ", why));
 }
 
+// The first PEM object in `field`'s text, read by `read` (PEM_read_bio_PrivateKey,
+// PEM_read_bio_X509); when it holds none, `field`'s error saying that it is not `what`.
+template <typename T, typename Deleter>
+absl::Status ReadPem(const char* field, const std::string& pem,
+                     T* (*read)(BIO*, T**, pem_password_cb*, void*), const char* what,
+                     std::unique_ptr<T, Deleter>* out) {
+  BioPtr bio = MemoryBio(pem);
+  out->reset(read(bio.get(), nullptr, nullptr, nullptr));
+  if (*out == nullptr) {
+    return FieldError(field, absl::StrCat("is not ", what, ": ", OpenSslErrors()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateSslConfig(const SSLConfig& config) {
   ERR_clear_error();
   if (config.server_key().empty()) return FieldError("server_key", "is empty");
   if (config.server_cert().empty()) return FieldError("server_cert", "is empty");
-  BioPtr key_bio = MemoryBio(config.server_key());
-  std::unique_ptr<EVP_PKEY, KeyDeleter> key(
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
-  if (key == nullptr) {
-    return FieldError("server_key", absl::StrCat("is not a PEM private key (an unencrypted "
-                                                 "\"-----BEGIN PRIVATE KEY-----\" block): ",
-                                                 OpenSslErrors()));
-  }
-  BioPtr cert_bio = MemoryBio(config.server_cert());
-  std::unique_ptr<X509, CertDeleter> cert(
-      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
-  if (cert == nullptr) {
-    return FieldError("server_cert", absl::StrCat("is not a PEM certificate (a \"-----BEGIN "
-                                                  "CERTIFICATE-----\" block): ",
-                                                  OpenSslErrors()));
-  }
+  std::unique_ptr<EVP_PKEY, KeyDeleter> key;
+  KILN_RETURN_IF_ERROR(ReadPem("server_key", config.server_key(), PEM_read_bio_PrivateKey,
+                               "a PEM private key (an unencrypted \"-----BEGIN PRIVATE "
+                               "KEY-----\" block)",
+                               &key));
+  std::unique_ptr<X509, CertDeleter> cert;
+  KILN_RETURN_IF_ERROR(ReadPem("server_cert", config.server_cert(), PEM_read_bio_X509,
+                               "a PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)",
+                               &cert));
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
     return FieldError("server_key",

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
+#include <new>
 
+#include "absl/strings/str_cat.h"
 #include "kiln/serving/metrics.h"
 #include "kiln/serving/server_core.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -15,6 +18,19 @@ class RequestLoggers;
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::StatusOr<ModelSpecRef> SpecFromProto(const tensorflow::serving::ModelSpec& spec);
+
+// Runs one RPC's work; an exception that escapes it (a failed allocation while decoding or
+// encoding) becomes this RPC's error instead of gRPC's "Unexpected error in RPC handling".
+template <typename Fn>
+absl::Status GuardedRpc(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory while handling this request");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+  }
+}
 
 // Counts the RPCs whose handlers are running. At shutdown, once none has run for a while, the
 // server can drop the idle client connections instead of waiting for the clients to notice its
@@ -70,6 +86,12 @@ class PredictionServiceImpl final : public tensorflow::serving::PredictionServic
   // (then only TF Serving's families count it).
   void Record(const std::string& model, const char* api, const absl::Status& status,
               int64_t start_ns, const std::string& version = "", const std::string& signature = "");
+  // What Predict, Classify and Regress share around `run` (the answer from the servable that
+  // the request's model_spec names): see grpc_service.cc. `log_of` picks the PredictionLog
+  // field that a sampled request and its response are logged in.
+  template <typename Request, typename Response, typename Run, typename LogOf>
+  grpc::Status ServeModelSpec(grpc::ServerContext* context, const char* api, const Request* request,
+                              Response* response, Run&& run, LogOf&& log_of);
   ServerCore* const core_;
   ServingMetrics* const metrics_;
   RpcCounter* const counter_;
