@@ -110,20 +110,12 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
   return g;
 }
 
-class ConvKernel : public OpKernel {
+class ConvKernel : public DnnlKernel {
  public:
-  ConvKernel(const ir::Node& node, bool transpose) : node_(node), transpose_(transpose) {}
-
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
-  }
-
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
-  }
+  ConvKernel(const ir::Node& node, bool transpose) : DnnlKernel(node), transpose_(transpose) {}
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) {
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
     reference_.reset();
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
     const bool has_residual =
@@ -372,7 +364,7 @@ class ConvKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  absl::Status ComputeImpl(ComputeContext& ctx) const {
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
     if (empty_work_) return ComputeEmptyWork(ctx);
     if (reference_) {
       ConvTransposeReference(*reference_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(),
@@ -443,7 +435,6 @@ class ConvKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  ir::Node node_;
   bool transpose_;
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)

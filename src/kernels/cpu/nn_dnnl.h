@@ -86,6 +86,26 @@ absl::Status CatchDnnl(const ir::Node& node, Fn&& fn) {
   }
 }
 
+// A kernel on oneDNN primitives: Prepare and Compute run PrepareImpl and ComputeImpl through
+// CatchDnnl.
+class DnnlKernel : public OpKernel {
+ public:
+  explicit DnnlKernel(const ir::Node& node) : node_(node) {}
+
+  absl::Status Prepare(PrepareContext& ctx) final {
+    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
+  }
+  absl::Status Compute(ComputeContext& ctx) const final {
+    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
+  }
+
+ protected:
+  virtual absl::Status PrepareImpl(PrepareContext& ctx) = 0;
+  virtual absl::Status ComputeImpl(ComputeContext& ctx) const = 0;
+
+  ir::Node node_;
+};
+
 // A oneDNN memory object over bytes Kiln owns, for one Compute call, made through oneDNN's C
 // API: dnnl::memory adds a shared_ptr control block (a heap allocation per object per call).
 class RawMemory {

@@ -103,19 +103,12 @@ absl::StatusOr<Window2D> ComputeWindow(const ir::Node& node, int64_t in_h, int64
   return g;
 }
 
-class Int8ConvKernel : public OpKernel {
+class Int8ConvKernel : public DnnlKernel {
  public:
-  explicit Int8ConvKernel(const ir::Node& node) : node_(node) {}
-
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
-  }
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
-  }
+  using DnnlKernel::DnnlKernel;
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) {
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
     const std::vector<ir::PostOp> post_ops = ir::GetPostOps(node_);
     const bool has_residual = ir::HasResidual(node_);
     if (ctx.inputs.size() < 2) {
@@ -306,7 +299,7 @@ class Int8ConvKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  absl::Status ComputeImpl(ComputeContext& ctx) const {
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
     ScopedDnnlThreads threads(ctx.intra_op_threads);
     auto& stream = ThreadStream();
     char* scratch = static_cast<char*>(ctx.scratch);
@@ -377,7 +370,6 @@ class Int8ConvKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  ir::Node node_;
   DType out_type_ = DType::kFloat32;
   bool has_bias_ = false;
   bool int32_bias_ = false;  // B in accumulator units (QLinearConv's), not real units
@@ -394,83 +386,92 @@ class Int8ConvKernel : public OpKernel {
   dnnl::reorder y_reorder_, w_reorder_, residual_reorder_;
 };
 
+// Runs a primitive of one source and one destination (a reorder, a pooling) on this thread's
+// stream: input 0 as `src_arg`, output 0 as `dst_arg`, and ctx.scratch as its scratchpad when
+// `scratch_desc` is given.
+void ExecuteInputToOutput(const dnnl::primitive& primitive, ComputeContext& ctx,
+                          const memory::desc& src_desc, int src_arg, const memory::desc& dst_desc,
+                          int dst_arg, const memory::desc* scratch_desc) {
+  ScopedDnnlThreads threads(ctx.intra_op_threads);
+  auto& stream = ThreadStream();
+  const RawMemory src(src_desc, ctx.inputs[0].raw_data());
+  const RawMemory dst(dst_desc, ctx.outputs[0].raw_data());
+  if (scratch_desc == nullptr) {
+    ExecutePrimitive(primitive, stream, {{src_arg, src.get()}, {dst_arg, dst.get()}});
+  } else {
+    const RawMemory scratch(*scratch_desc, ctx.scratch);
+    ExecutePrimitive(
+        primitive, stream,
+        {{src_arg, src.get()}, {dst_arg, dst.get()}, {DNNL_ARG_SCRATCHPAD, scratch.get()}});
+  }
+  stream.wait();
+}
+
 // Int8Quantize (float NCHW -> int8 NHWC) and Int8Dequantize (back): one oneDNN reorder each,
 // with the scale and zero point as the reorder's attributes (rounding half to even and
 // saturating, as ONNX's QuantizeLinear does; the scale is applied as a multiplication by its
 // reciprocal, which can differ from ONNX's division by one step at exact ties).
-class Int8ReorderKernel : public OpKernel {
+class Int8ReorderKernel : public DnnlKernel {
  public:
-  Int8ReorderKernel(const ir::Node& node, bool quantize) : node_(node), quantize_(quantize) {}
-
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&]() -> absl::Status {
-      if (ctx.inputs.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
-      }
-      const InputInfo& x = ctx.inputs[0];
-      const float scale = node_.GetFloat("scale", 0);
-      const int32_t zero_point = static_cast<int32_t>(node_.GetInt("zero_point", 0));
-      if (!(scale > 0) || !std::isfinite(scale)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node_.Describe(), ": scale must be positive and finite"));
-      }
-      if (x.shape.rank() != 4) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node_.Describe(), ": expects a rank-4 input, got ", x.shape.ToString()));
-      }
-      dnnl::primitive_attr attr;
-      Shape out;
-      DType out_type;
-      if (quantize_) {
-        out_type = ir::Int8TypeFromName(node_.GetString("to", ""));
-        if (x.dtype != DType::kFloat32 || !IsInt8(out_type)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              node_.Describe(), ": quantizes float to uint8 or int8 (attribute 'to')"));
-        }
-        const int64_t n = x.shape.dim(0), c = x.shape.dim(1), h = x.shape.dim(2),
-                      w = x.shape.dim(3);
-        src_ = PlainDesc(x.shape);
-        dst_ = NhwcDesc(n, c, h, w, out_type);
-        out = Shape{n, h, w, c};
-        attr.set_output_scales(0, {1.0f / scale});
-        if (zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {zero_point});
-      } else {
-        if (!IsInt8(x.dtype)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(node_.Describe(), ": dequantizes uint8 or int8 [N,H,W,C]"));
-        }
-        out_type = DType::kFloat32;
-        const int64_t n = x.shape.dim(0), h = x.shape.dim(1), w = x.shape.dim(2),
-                      c = x.shape.dim(3);
-        src_ = NhwcDesc(n, c, h, w, x.dtype);
-        out = Shape{n, c, h, w};
-        dst_ = PlainDesc(out);
-        attr.set_output_scales(0, {scale});
-        if (zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {zero_point});
-      }
-      auto& engine = CpuEngine();
-      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, src_, engine, dst_, attr));
-      ctx.SetNumOutputs(1);
-      ctx.output_dtypes[0] = out_type;
-      ctx.output_shapes[0] = out;
-      return absl::OkStatus();
-    });
-  }
-
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&]() -> absl::Status {
-      ScopedDnnlThreads threads(ctx.intra_op_threads);
-      auto& stream = ThreadStream();
-      const RawMemory src(src_, ctx.inputs[0].raw_data());
-      const RawMemory dst(dst_, ctx.outputs[0].raw_data());
-      ExecutePrimitive(reorder_, stream, {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, dst.get()}});
-      stream.wait();
-      return absl::OkStatus();
-    });
-  }
+  Int8ReorderKernel(const ir::Node& node, bool quantize) : DnnlKernel(node), quantize_(quantize) {}
 
  private:
-  ir::Node node_;
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
+    if (ctx.inputs.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
+    }
+    const InputInfo& x = ctx.inputs[0];
+    const float scale = node_.GetFloat("scale", 0);
+    const int32_t zero_point = static_cast<int32_t>(node_.GetInt("zero_point", 0));
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": scale must be positive and finite"));
+    }
+    if (x.shape.rank() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": expects a rank-4 input, got ", x.shape.ToString()));
+    }
+    dnnl::primitive_attr attr;
+    Shape out;
+    DType out_type;
+    if (quantize_) {
+      out_type = ir::Int8TypeFromName(node_.GetString("to", ""));
+      if (x.dtype != DType::kFloat32 || !IsInt8(out_type)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": quantizes float to uint8 or int8 (attribute 'to')"));
+      }
+      const int64_t n = x.shape.dim(0), c = x.shape.dim(1), h = x.shape.dim(2), w = x.shape.dim(3);
+      src_ = PlainDesc(x.shape);
+      dst_ = NhwcDesc(n, c, h, w, out_type);
+      out = Shape{n, h, w, c};
+      attr.set_output_scales(0, {1.0f / scale});
+      if (zero_point != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {zero_point});
+    } else {
+      if (!IsInt8(x.dtype)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": dequantizes uint8 or int8 [N,H,W,C]"));
+      }
+      out_type = DType::kFloat32;
+      const int64_t n = x.shape.dim(0), h = x.shape.dim(1), w = x.shape.dim(2), c = x.shape.dim(3);
+      src_ = NhwcDesc(n, c, h, w, x.dtype);
+      out = Shape{n, c, h, w};
+      dst_ = PlainDesc(out);
+      attr.set_output_scales(0, {scale});
+      if (zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {zero_point});
+    }
+    auto& engine = CpuEngine();
+    reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, src_, engine, dst_, attr));
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = out_type;
+    ctx.output_shapes[0] = out;
+    return absl::OkStatus();
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
+    ExecuteInputToOutput(reorder_, ctx, src_, DNNL_ARG_FROM, dst_, DNNL_ARG_TO, nullptr);
+    return absl::OkStatus();
+  }
+
   bool quantize_;
   memory::desc src_, dst_;
   dnnl::reorder reorder_;
@@ -478,82 +479,68 @@ class Int8ReorderKernel : public OpKernel {
 
 // Int8Pool: max or average pooling on channels-last int8 values (oneDNN's pooling; the
 // quantization passes through: max pooling commutes with it, average pooling rounds once).
-class Int8PoolKernel : public OpKernel {
+class Int8PoolKernel : public DnnlKernel {
  public:
-  explicit Int8PoolKernel(const ir::Node& node) : node_(node) {}
-
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&]() -> absl::Status {
-      if (ctx.inputs.size() != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
-      }
-      const InputInfo& x = ctx.inputs[0];
-      if (!IsInt8(x.dtype) || x.shape.rank() != 4) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node_.Describe(), ": X must be uint8 or int8 [N,H,W,C]"));
-      }
-      const std::string mode = node_.GetString("mode", "");
-      if (mode != "max" && mode != "avg") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node_.Describe(), ": mode must be max or avg"));
-      }
-      const std::vector<int64_t> kernel = node_.GetInts("kernel_shape");
-      if (kernel.size() != 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(node_.Describe(), ": kernel_shape must have 2 entries"));
-      }
-      const bool include_pad = node_.GetInt("count_include_pad", 0) != 0;
-      if (mode == "avg" && include_pad && node_.GetInt("ceil_mode", 0) != 0) {
-        // ONNX counts only the explicit pads, oneDNN also the ceil_mode extension.
-        return absl::UnimplementedError(absl::StrCat(
-            node_.Describe(), ": average pooling with count_include_pad and ceil_mode"));
-      }
-      const int64_t n = x.shape.dim(0), h = x.shape.dim(1), w = x.shape.dim(2), c = x.shape.dim(3);
-      KILN_ASSIGN_OR_RETURN(Window2D g, ComputeWindow(node_, h, w, kernel[0], kernel[1], true));
-      for (int64_t dil : g.dilations) {
-        if (dil != 0) {
-          return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": dilated pooling"));
-        }
-      }
-      src_ = NhwcDesc(n, c, h, w, x.dtype);
-      dst_ = NhwcDesc(n, c, g.out_h, g.out_w, x.dtype);
-      const dnnl::algorithm alg =
-          mode == "max" ? dnnl::algorithm::pooling_max
-                        : (include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                       : dnnl::algorithm::pooling_avg_exclude_padding);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, g.strides,
-                                    g.kernel, g.pads_begin, g.pads_end);
-      dnnl::pooling_forward::primitive_desc pd(d, attr, CpuEngine());
-      scratch_desc_ = pd.scratchpad_desc();
-      primitive_ = dnnl::pooling_forward(pd);
-      ctx.scratch_bytes = Align64(scratch_desc_.get_size());
-      ctx.SetNumOutputs(1);
-      ctx.output_dtypes[0] = x.dtype;
-      ctx.output_shapes[0] = Shape{n, g.out_h, g.out_w, c};
-      return absl::OkStatus();
-    });
-  }
-
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&]() -> absl::Status {
-      ScopedDnnlThreads threads(ctx.intra_op_threads);
-      auto& stream = ThreadStream();
-      const RawMemory src(src_, ctx.inputs[0].raw_data());
-      const RawMemory dst(dst_, ctx.outputs[0].raw_data());
-      const RawMemory scratch(scratch_desc_, ctx.scratch);
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, src.get()},
-                        {DNNL_ARG_DST, dst.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch.get()}});
-      stream.wait();
-      return absl::OkStatus();
-    });
-  }
+  using DnnlKernel::DnnlKernel;
 
  private:
-  ir::Node node_;
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
+    if (ctx.inputs.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
+    }
+    const InputInfo& x = ctx.inputs[0];
+    if (!IsInt8(x.dtype) || x.shape.rank() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": X must be uint8 or int8 [N,H,W,C]"));
+    }
+    const std::string mode = node_.GetString("mode", "");
+    if (mode != "max" && mode != "avg") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": mode must be max or avg"));
+    }
+    const std::vector<int64_t> kernel = node_.GetInts("kernel_shape");
+    if (kernel.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": kernel_shape must have 2 entries"));
+    }
+    const bool include_pad = node_.GetInt("count_include_pad", 0) != 0;
+    if (mode == "avg" && include_pad && node_.GetInt("ceil_mode", 0) != 0) {
+      // ONNX counts only the explicit pads, oneDNN also the ceil_mode extension.
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Describe(), ": average pooling with count_include_pad and ceil_mode"));
+    }
+    const int64_t n = x.shape.dim(0), h = x.shape.dim(1), w = x.shape.dim(2), c = x.shape.dim(3);
+    KILN_ASSIGN_OR_RETURN(Window2D g, ComputeWindow(node_, h, w, kernel[0], kernel[1], true));
+    for (int64_t dil : g.dilations) {
+      if (dil != 0) {
+        return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": dilated pooling"));
+      }
+    }
+    src_ = NhwcDesc(n, c, h, w, x.dtype);
+    dst_ = NhwcDesc(n, c, g.out_h, g.out_w, x.dtype);
+    const dnnl::algorithm alg = mode == "max"
+                                    ? dnnl::algorithm::pooling_max
+                                    : (include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                   : dnnl::algorithm::pooling_avg_exclude_padding);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_, dst_, g.strides,
+                                  g.kernel, g.pads_begin, g.pads_end);
+    dnnl::pooling_forward::primitive_desc pd(d, attr, CpuEngine());
+    scratch_desc_ = pd.scratchpad_desc();
+    primitive_ = dnnl::pooling_forward(pd);
+    ctx.scratch_bytes = Align64(scratch_desc_.get_size());
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = x.dtype;
+    ctx.output_shapes[0] = Shape{n, g.out_h, g.out_w, c};
+    return absl::OkStatus();
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
+    ExecuteInputToOutput(primitive_, ctx, src_, DNNL_ARG_SRC, dst_, DNNL_ARG_DST, &scratch_desc_);
+    return absl::OkStatus();
+  }
+
   memory::desc src_, dst_, scratch_desc_;
   dnnl::primitive primitive_;
 };

@@ -55,9 +55,9 @@ constexpr int64_t kSerialMacs = int64_t{1} << 18;
 constexpr int64_t kMinElementsPerThread = int64_t{1} << 18;
 
 // What both kernels share: A [..., K] as rows, the [K, N] weight, bias, residual, post-ops.
-class CompressedMatMulBase : public OpKernel {
+class CompressedMatMulBase : public DnnlKernel {
  protected:
-  explicit CompressedMatMulBase(const ir::Node& node) : node_(node) {}
+  using DnnlKernel::DnnlKernel;
 
   // Checks A and the weight (input 1, `weight_dtype`), sets the output; `first_optional` is
   // the index of the bias input.
@@ -123,7 +123,6 @@ class CompressedMatMulBase : public OpKernel {
     ApplyPostOpsInOrder(post_ops_, residual, y + r0 * n_, (r1 - r0) * n_);
   }
 
-  ir::Node node_;
   std::vector<PostOp> post_ops_;
   int64_t k_ = 0, n_ = 0, rows_ = 0;
   int bias_index_ = -1, residual_index_ = -1;
@@ -133,15 +132,8 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
  public:
   explicit DynamicQuantMatMulKernel(const ir::Node& node) : CompressedMatMulBase(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
-  }
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
-  }
-
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) {
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kInt8, 4));
     for (int i : {2, 3}) {
       const DType want = i == 2 ? DType::kFloat32 : DType::kInt32;
@@ -252,7 +244,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     *zero = z;
   }
 
-  absl::Status ComputeImpl(ComputeContext& ctx) const {
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
     float* yv = y.data<float>();
@@ -332,19 +324,12 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
  public:
   explicit Bf16MatMulKernel(const ir::Node& node) : CompressedMatMulBase(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
-  }
-  absl::Status Compute(ComputeContext& ctx) const override {
-    return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
-  }
-
  private:
   // Products of at most this many rows widen the weights as they read them (bytes-bound).
   static constexpr int64_t kStreamingRows = 8;
   enum class Path { kNone, kDnnlBf16, kStreaming, kWidenedF32 };
 
-  absl::Status PrepareImpl(PrepareContext& ctx) {
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kBFloat16, 2));
     packed_w_.reset();
     ctx.scratch_bytes = 0;
@@ -395,7 +380,7 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
     return absl::OkStatus();
   }
 
-  absl::Status ComputeImpl(ComputeContext& ctx) const {
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
     float* yv = y.data<float>();

@@ -28,13 +28,45 @@ absl::Status RequireFloat(const ir::Node& node, const PrepareContext& ctx) {
   return absl::OkStatus();
 }
 
+// Base of the normalization kernels: the node for its attributes, and float inputs only,
+// checked before each kernel's own PrepareFloat.
+class FloatNormKernel : public OpKernel {
+ public:
+  explicit FloatNormKernel(const ir::Node& node)
+      : node_(node), epsilon_(node.GetFloat("epsilon", 1e-5f)) {}
+  absl::Status Prepare(PrepareContext& ctx) final {
+    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+    return PrepareFloat(ctx);
+  }
+
+ protected:
+  virtual absl::Status PrepareFloat(PrepareContext& ctx) = 0;
+
+  ir::Node node_;
+  const float epsilon_;  // for the kernels with an epsilon attribute
+};
+
+// Output 0 is float of x's shape, in place of x; outputs 1... (as many as the node has) are
+// float statistics of shape `stats`: BatchNormalization's running mean and variance,
+// LayerNormalization's Mean and InvStdDev.
+void DeclareNormOutputs(PrepareContext& ctx, const ir::Node& node, const Shape& x,
+                        const Shape& stats) {
+  ctx.SetNumOutputs(static_cast<int>(node.outputs.size()));
+  ctx.output_dtypes[0] = DType::kFloat32;
+  ctx.output_shapes[0] = x;
+  ctx.output_in_place_of[0] = 0;
+  for (size_t i = 1; i < node.outputs.size(); ++i) {
+    ctx.output_dtypes[i] = DType::kFloat32;
+    ctx.output_shapes[i] = stats;
+  }
+}
+
 // BatchNormalization, inference: y = (x - mean) / sqrt(var + eps) * scale + bias per channel
 // (dimension 1).
-class BatchNormKernel : public OpKernel {
+class BatchNormKernel : public FloatNormKernel {
  public:
-  explicit BatchNormKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     if (node_.GetInt("training_mode", 0) != 0) {
       return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": training_mode=1 is not supported for inference"));
     }
@@ -49,15 +81,7 @@ class BatchNormKernel : public OpKernel {
                                                        ctx.inputs[i].shape.ToString(), "; expected [", c, "]"));
       }
     }
-    epsilon_ = node_.GetFloat("epsilon", 1e-5f);
-    ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = x;
-    ctx.output_in_place_of[0] = 0;
-    for (size_t i = 1; i < node_.outputs.size(); ++i) {  // running mean/var outputs: pass-through
-      ctx.output_dtypes[i] = DType::kFloat32;
-      ctx.output_shapes[i] = Shape{c};
-    }
+    DeclareNormOutputs(ctx, node_, x, Shape{c});  // running mean/var outputs: pass-through
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
@@ -86,10 +110,6 @@ class BatchNormKernel : public OpKernel {
     }
     return absl::OkStatus();
   }
-
- private:
-  ir::Node node_;
-  float epsilon_ = 1e-5f;
 };
 
 // Normalizes contiguous groups of `group_size` elements; then applies per-channel or
@@ -120,88 +140,80 @@ void NormalizeGroups(const ComputeContext& ctx, const float* x, float* y, int64_
   });
 }
 
-class InstanceNormKernel : public OpKernel {
+// Instance and Group normalization: x [N, C, ...] as N * `groups` runs of consecutive elements,
+// each normalized; then affine(group within its sample, row, run length) applies scale and bias.
+void NormalizeChannelGroups(
+    const ComputeContext& ctx, int64_t groups, float epsilon,
+    absl::FunctionRef<void(int64_t group, float* row, int64_t size)> affine) {
+  const Tensor& x = ctx.inputs[0];
+  const int64_t total_groups = x.dim(0) * groups;
+  const int64_t size = total_groups == 0 ? 0 : x.num_elements() / total_groups;
+  NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), total_groups, size, epsilon,
+                  nullptr, nullptr, [&](int64_t g, float* row) { affine(g % groups, row, size); });
+}
+
+class InstanceNormKernel : public FloatNormKernel {
  public:
-  explicit InstanceNormKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     if (x.rank() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ", x.ToString()));
     }
-    epsilon_ = node_.GetFloat("epsilon", 1e-5f);
     DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
-    const Tensor& x = ctx.inputs[0];
-    const int64_t c = x.dim(1);
-    const int64_t groups = x.dim(0) * c;
-    const int64_t size = groups == 0 ? 0 : x.num_elements() / groups;
     const float* scale = ctx.inputs[1].data<float>();
     const float* bias = ctx.inputs[2].data<float>();
-    NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), groups, size, epsilon_, nullptr,
-                    nullptr, [&](int64_t g, float* row) {
-                      const float s = scale[g % c], b = bias[g % c];
-                      for (int64_t i = 0; i < size; ++i) row[i] = row[i] * s + b;
-                    });
+    NormalizeChannelGroups(ctx, ctx.inputs[0].dim(1), epsilon_,
+                           [&](int64_t ch, float* row, int64_t size) {
+                             const float s = scale[ch], b = bias[ch];
+                             for (int64_t i = 0; i < size; ++i) row[i] = row[i] * s + b;
+                           });
     return absl::OkStatus();
   }
-
- private:
-  ir::Node node_;
-  float epsilon_;
 };
 
-class GroupNormKernel : public OpKernel {
+class GroupNormKernel : public FloatNormKernel {
  public:
-  explicit GroupNormKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     groups_ = node_.GetInt("num_groups", 1);
     if (x.rank() < 2 || groups_ <= 0 || x.dim(1) % groups_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", x.dim(1),
                                                      " channels do not split into num_groups=", groups_));
     }
-    epsilon_ = node_.GetFloat("epsilon", 1e-5f);
     DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
-    const Tensor& x = ctx.inputs[0];
-    const int64_t c = x.dim(1);
-    const int64_t total_groups = x.dim(0) * groups_;
-    const int64_t size = total_groups == 0 ? 0 : x.num_elements() / total_groups;
-    const int64_t per_channel = c == 0 ? 0 : size * groups_ / c;
+    const int64_t c = ctx.inputs[0].dim(1);
     const float* scale = ctx.inputs[1].data<float>();
     const float* bias = ctx.inputs[2].data<float>();
     // Opset 18 has scale/bias per group; opset 21 per channel.
     const bool per_group = ctx.inputs[1].num_elements() == groups_ && groups_ != c;
-    NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), total_groups, size, epsilon_,
-                    nullptr, nullptr, [&](int64_t g, float* row) {
-                      const int64_t group = g % groups_;
-                      for (int64_t i = 0; i < size; ++i) {
-                        const int64_t ch = per_group ? group : group * (c / groups_) + i / per_channel;
-                        row[i] = row[i] * scale[ch] + bias[ch];
-                      }
-                    });
+    NormalizeChannelGroups(ctx, groups_, epsilon_, [&](int64_t group, float* row, int64_t size) {
+      const int64_t per_channel = c == 0 ? 0 : size * groups_ / c;
+      for (int64_t i = 0; i < size; ++i) {
+        const int64_t ch = per_group ? group : group * (c / groups_) + i / per_channel;
+        row[i] = row[i] * scale[ch] + bias[ch];
+      }
+    });
     return absl::OkStatus();
   }
 
  private:
-  ir::Node node_;
   int64_t groups_ = 1;
-  float epsilon_;
 };
 
 // LayerNormalization: normalizes over dimensions [axis, rank); scale and bias broadcast over
 // the normalized dimensions.
-class LayerNormKernel : public OpKernel {
+class LayerNormKernel : public FloatNormKernel {
  public:
-  explicit LayerNormKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     int64_t axis = node_.GetInt("axis", -1);
     if (axis < 0) axis += x.rank();
@@ -219,17 +231,9 @@ class LayerNormKernel : public OpKernel {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": scale ", ctx.inputs[1].shape.ToString(),
                                                      " does not broadcast over the normalized size ", inner_));
     }
-    epsilon_ = node_.GetFloat("epsilon", 1e-5f);
-    ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = x;
-    ctx.output_in_place_of[0] = 0;
     Shape stats = x;
     for (int i = static_cast<int>(axis); i < x.rank(); ++i) stats.set_dim(i, 1);
-    for (size_t i = 1; i < node_.outputs.size(); ++i) {
-      ctx.output_dtypes[i] = DType::kFloat32;
-      ctx.output_shapes[i] = stats;
-    }
+    DeclareNormOutputs(ctx, node_, x, stats);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
@@ -259,17 +263,14 @@ class LayerNormKernel : public OpKernel {
   }
 
  private:
-  ir::Node node_;
   int64_t axis_ = -1, inner_ = 1, scale_size_ = 1, bias_size_ = 0;
-  float epsilon_;
 };
 
 // LRN across channels: y = x / (bias + alpha / size * sum(x^2 over the window))^beta.
-class LrnKernel : public OpKernel {
+class LrnKernel : public FloatNormKernel {
  public:
-  explicit LrnKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     if (ctx.inputs[0].shape.rank() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ",
                                                      ctx.inputs[0].shape.ToString()));
@@ -278,9 +279,7 @@ class LrnKernel : public OpKernel {
     alpha_ = node_.GetFloat("alpha", 1e-4f);
     beta_ = node_.GetFloat("beta", 0.75f);
     bias_ = node_.GetFloat("bias", 1.0f);
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
+    DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/false);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
@@ -308,17 +307,15 @@ class LrnKernel : public OpKernel {
   }
 
  private:
-  ir::Node node_;
   int64_t size_;
   float alpha_, beta_, bias_;
 };
 
 // MeanVarianceNormalization: (x - mean) / sqrt(var) over `axes` (default 0, 2, 3).
-class MvnKernel : public OpKernel {
+class MvnKernel : public FloatNormKernel {
  public:
-  explicit MvnKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
-    KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
+  using FloatNormKernel::FloatNormKernel;
+  absl::Status PrepareFloat(PrepareContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     std::vector<int64_t> axes = node_.GetInts("axes", {0, 2, 3});
     reduced_.assign(x.rank(), false);
@@ -330,9 +327,7 @@ class MvnKernel : public OpKernel {
       reduced_[a] = true;
     }
     shape_ = x;
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = x;
+    DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/false);
     return absl::OkStatus();
   }
   absl::Status Compute(ComputeContext& ctx) const override {
@@ -374,7 +369,6 @@ class MvnKernel : public OpKernel {
   }
 
  private:
-  ir::Node node_;
   std::vector<bool> reduced_;
   Shape shape_;
 };

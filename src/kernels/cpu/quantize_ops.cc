@@ -124,6 +124,19 @@ class LinearQuantKernel : public MathKernel {
   // The per-axis parameter index of element i.
   int64_t Channel(int64_t i) const { return channels_ == 1 ? 0 : (i / inner_) % channels_; }
 
+  // Calls fn(i, x[i], scale, zero_point) for every element i of x, with the scale and zero
+  // point (0 without one) of i's channel.
+  template <typename Fn>
+  void ForEachElement(const ComputeContext& ctx, Fn&& fn) const {
+    const Tensor& x = ctx.inputs[0];
+    const Tensor& scale = ctx.inputs[1];
+    const Tensor& zero = math::InputOrEmpty(ctx, 2);
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      const int64_t c = Channel(i);
+      fn(i, ValueAt(x, i), ValueAt(scale, c), zero.valid() ? ValueAt(zero, c) : 0.0);
+    }
+  }
+
   int64_t axis_attr_;
   int axis_ = 0;
   int64_t channels_ = 1;
@@ -145,27 +158,20 @@ class QuantizeLinearKernel : public LinearQuantKernel {
     if (!IsQuantizedType(yt) || yt == DType::kInt32) {
       return Error("'y_zero_point' must be int8, uint8, int16 or uint16, got ", DTypeName(yt));
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = yt;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
+    DeclareOutputLikeInput0(ctx, yt, /*in_place_of_input0=*/false);
     return absl::OkStatus();
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
-    const Tensor& x = ctx.inputs[0];
-    const Tensor& scale = ctx.inputs[1];
-    const Tensor& zero = math::InputOrEmpty(ctx, 2);
     Tensor& y = ctx.outputs[0];
     VisitQuantized(y.dtype(), [&](auto tag) {
       using Q = decltype(tag);
       Q* out = y.data<Q>();
-      for (int64_t i = 0; i < x.num_elements(); ++i) {
-        const int64_t c = Channel(i);
+      ForEachElement(ctx, [&](int64_t i, double x, double scale, double zp) {
         // Divide in float like the reference (x / y_scale in the input's precision).
-        const float q = static_cast<float>(ValueAt(x, i)) / static_cast<float>(ValueAt(scale, c));
-        const double zp = zero.valid() ? ValueAt(zero, c) : 0.0;
+        const float q = static_cast<float>(x) / static_cast<float>(scale);
         out[i] = Saturate<Q>(std::nearbyint(static_cast<double>(q)) + zp);
-      }
+      });
     });
     return absl::OkStatus();
   }
@@ -186,29 +192,20 @@ class DequantizeLinearKernel : public LinearQuantKernel {
       return Error("'x_zero_point' must have x's type ", DTypeName(xt), ", got ",
                    DTypeName(ctx.inputs[2].dtype));
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[1].dtype;
-    ctx.output_shapes[0] = ctx.inputs[0].shape;
+    DeclareOutputLikeInput0(ctx, ctx.inputs[1].dtype, /*in_place_of_input0=*/false);
     return absl::OkStatus();
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
-    const Tensor& x = ctx.inputs[0];
-    const Tensor& scale = ctx.inputs[1];
-    const Tensor& zero = math::InputOrEmpty(ctx, 2);
     Tensor& y = ctx.outputs[0];
     math::VisitNumeric(y.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (std::is_floating_point_v<T> || math::kIsHalf<T>) {
         T* out = y.data<T>();
-        for (int64_t i = 0; i < x.num_elements(); ++i) {
-          const int64_t c = Channel(i);
-          const double zp = zero.valid() ? ValueAt(zero, c) : 0.0;
+        ForEachElement(ctx, [&](int64_t i, double x, double scale, double zp) {
           // (x - zp) is exact in float for every 16-bit type; the product rounds once.
-          const float v =
-              static_cast<float>(ValueAt(x, i) - zp) * static_cast<float>(ValueAt(scale, c));
-          out[i] = FromDouble<T>(v);
-        }
+          out[i] = FromDouble<T>(static_cast<float>(x - zp) * static_cast<float>(scale));
+        });
       }
     });
     return absl::OkStatus();
@@ -349,7 +346,7 @@ void IntegerMatMul(const MatMulGeometry& g, const Tensor& a, const Tensor& b, co
 bool Is8Bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 
 absl::Status CheckZeroPoint(const PrepareContext& ctx, int i, DType data, int64_t allowed_len,
-                            const char* name, absl::string_view where) {
+                            absl::string_view name, absl::string_view where) {
   if (!Present(ctx, i)) return absl::OkStatus();
   const InputInfo& z = ctx.inputs[i];
   if (z.dtype != data) {
@@ -363,6 +360,18 @@ absl::Status CheckZeroPoint(const PrepareContext& ctx, int i, DType data, int64_
                                                    allowed_len, "]"));
   }
   return absl::OkStatus();
+}
+
+// Output 0 of the integer matmuls and convolutions: `dtype`, shape `out`. The requantizing
+// ones (QLinear*) accumulate in scratch: one int32 per output element.
+void DeclareIntegerOpOutput(PrepareContext& ctx, DType dtype, const Shape& out,
+                            bool accumulators_in_scratch) {
+  ctx.SetNumOutputs(1);
+  ctx.output_dtypes[0] = dtype;
+  ctx.output_shapes[0] = out;
+  if (accumulators_in_scratch) {
+    ctx.scratch_bytes = sizeof(int32_t) * std::max<int64_t>(out.num_elements(), 1);
+  }
 }
 
 // MatMulInteger(A, B, a_zero_point?, b_zero_point?) -> int32.
@@ -380,9 +389,7 @@ class MatMulIntegerKernel : public MathKernel {
         CheckZeroPoint(ctx, 2, ctx.inputs[0].dtype, geometry_.m, "a_zero_point", where()));
     KILN_RETURN_IF_ERROR(
         CheckZeroPoint(ctx, 3, ctx.inputs[1].dtype, geometry_.n, "b_zero_point", where()));
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kInt32;
-    ctx.output_shapes[0] = geometry_.out;
+    DeclareIntegerOpOutput(ctx, DType::kInt32, geometry_.out, /*accumulators_in_scratch=*/false);
     return absl::OkStatus();
   }
 
@@ -408,8 +415,8 @@ void Requantize(const int32_t* acc, int64_t count, int64_t channels, int64_t inn
   }
 }
 
-absl::Status CheckScale(const PrepareContext& ctx, int i, int64_t allowed_len, const char* name,
-                        absl::string_view where) {
+absl::Status CheckScale(const PrepareContext& ctx, int i, int64_t allowed_len,
+                        absl::string_view name, absl::string_view where) {
   const InputInfo& s = ctx.inputs[i];
   const int64_t n = s.shape.num_elements();
   if (!s.present() || s.dtype != DType::kFloat32 || s.shape.rank() > 1 ||
@@ -432,6 +439,47 @@ std::vector<float> RealScales(const Tensor& a_scale, const Tensor& b_scale, cons
   return scales;
 }
 
+// The operands of QLinearMatMul and QLinearConv: (in, in_scale, in_zero_point, weight,
+// weight_scale, weight_zero_point, y_scale, y_zero_point, ...), `in` and `weight` naming the
+// first and the fourth ('a' and 'b', or 'x' and 'w'). Their types:
+absl::Status CheckQLinearTypes(const PrepareContext& ctx, absl::string_view in,
+                               absl::string_view weight, absl::string_view where) {
+  if (!Is8Bit(ctx.inputs[0].dtype) || !Is8Bit(ctx.inputs[3].dtype) ||
+      !Is8Bit(ctx.inputs[7].dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": '", in, "', '", weight,
+                                                   "' and 'y_zero_point' must be int8 or uint8"));
+  }
+  return absl::OkStatus();
+}
+
+// ... and their scales and zero points: per tensor, but the weight's per tensor or per one of
+// its `channels` output channels.
+absl::Status CheckQLinearParams(const PrepareContext& ctx, absl::string_view in,
+                                absl::string_view weight, int64_t channels,
+                                absl::string_view where) {
+  const std::string in_s = absl::StrCat(in, "_scale"), in_z = absl::StrCat(in, "_zero_point");
+  const std::string w_s = absl::StrCat(weight, "_scale"), w_z = absl::StrCat(weight, "_zero_point");
+  KILN_RETURN_IF_ERROR(CheckScale(ctx, 1, 1, in_s, where));
+  KILN_RETURN_IF_ERROR(CheckScale(ctx, 4, channels, w_s, where));
+  KILN_RETURN_IF_ERROR(CheckScale(ctx, 6, 1, "y_scale", where));
+  KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 2, ctx.inputs[0].dtype, 1, in_z, where));
+  KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 5, ctx.inputs[3].dtype, channels, w_z, where));
+  return CheckZeroPoint(ctx, 7, ctx.inputs[7].dtype, 1, "y_zero_point", where);
+}
+
+// Writes output 0 of QLinearMatMul / QLinearConv from the int32 accumulators `acc`: scales
+// in_scale * weight_scale[c] / y_scale, output channel c every `inner` elements.
+void RequantizeOutput(ComputeContext& ctx, const int32_t* acc, int64_t inner) {
+  const std::vector<float> scales = RealScales(ctx.inputs[1], ctx.inputs[4], ctx.inputs[6]);
+  const int32_t y_zero = static_cast<int32_t>(ValueAt(ctx.inputs[7], 0));
+  Tensor& y = ctx.outputs[0];
+  VisitQuantized(y.dtype(), [&](auto tag) {
+    using Q = decltype(tag);
+    Requantize<Q>(acc, y.num_elements(), static_cast<int64_t>(scales.size()), inner, scales, y_zero,
+                  y.data<Q>());
+  });
+}
+
 // QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point).
 class QLinearMatMulKernel : public MathKernel {
  public:
@@ -439,36 +487,19 @@ class QLinearMatMulKernel : public MathKernel {
 
   absl::Status Prepare(PrepareContext& ctx) override {
     if (ctx.inputs.size() != 8) return Error("expects 8 inputs, got ", ctx.inputs.size());
-    const DType at = ctx.inputs[0].dtype, bt = ctx.inputs[3].dtype, yt = ctx.inputs[7].dtype;
-    if (!Is8Bit(at) || !Is8Bit(bt) || !Is8Bit(yt)) {
-      return Error("'a', 'b' and 'y_zero_point' must be int8 or uint8");
-    }
+    KILN_RETURN_IF_ERROR(CheckQLinearTypes(ctx, "a", "b", where()));
     KILN_ASSIGN_OR_RETURN(geometry_,
                           MatMulShapes(ctx.inputs[0].shape, ctx.inputs[3].shape, where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 1, 1, "a_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 4, geometry_.n, "b_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 6, 1, "y_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 2, at, 1, "a_zero_point", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 5, bt, geometry_.n, "b_zero_point", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 7, yt, 1, "y_zero_point", where()));
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = yt;
-    ctx.output_shapes[0] = geometry_.out;
-    ctx.scratch_bytes = sizeof(int32_t) * std::max<int64_t>(geometry_.out.num_elements(), 1);
+    KILN_RETURN_IF_ERROR(CheckQLinearParams(ctx, "a", "b", geometry_.n, where()));
+    DeclareIntegerOpOutput(ctx, ctx.inputs[7].dtype, geometry_.out,
+                           /*accumulators_in_scratch=*/true);
     return absl::OkStatus();
   }
 
   absl::Status Compute(ComputeContext& ctx) const override {
     int32_t* acc = static_cast<int32_t*>(ctx.scratch);
     IntegerMatMul(geometry_, ctx.inputs[0], ctx.inputs[3], ctx.inputs[2], ctx.inputs[5], acc);
-    const std::vector<float> scales = RealScales(ctx.inputs[1], ctx.inputs[4], ctx.inputs[6]);
-    const int32_t y_zero = static_cast<int32_t>(ValueAt(ctx.inputs[7], 0));
-    Tensor& y = ctx.outputs[0];
-    VisitQuantized(y.dtype(), [&](auto tag) {
-      using Q = decltype(tag);
-      Requantize<Q>(acc, y.num_elements(), static_cast<int64_t>(scales.size()), 1, scales, y_zero,
-                    y.data<Q>());
-    });
+    RequantizeOutput(ctx, acc, 1);
     return absl::OkStatus();
   }
 
@@ -611,9 +642,8 @@ class ConvIntegerKernel : public MathKernel {
     KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 2, ctx.inputs[0].dtype, 1, "x_zero_point", where()));
     KILN_RETURN_IF_ERROR(
         CheckZeroPoint(ctx, 3, ctx.inputs[1].dtype, geometry_.m, "w_zero_point", where()));
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kInt32;
-    ctx.output_shapes[0] = geometry_.out_shape;
+    DeclareIntegerOpOutput(ctx, DType::kInt32, geometry_.out_shape,
+                           /*accumulators_in_scratch=*/false);
     return absl::OkStatus();
   }
 
@@ -636,26 +666,16 @@ class QLinearConvKernel : public MathKernel {
 
   absl::Status Prepare(PrepareContext& ctx) override {
     if (ctx.inputs.size() < 8) return Error("expects 8 or 9 inputs, got ", ctx.inputs.size());
-    const DType xt = ctx.inputs[0].dtype, wt = ctx.inputs[3].dtype, yt = ctx.inputs[7].dtype;
-    if (!Is8Bit(xt) || !Is8Bit(wt) || !Is8Bit(yt)) {
-      return Error("'x', 'w' and 'y_zero_point' must be int8 or uint8");
-    }
+    KILN_RETURN_IF_ERROR(CheckQLinearTypes(ctx, "x", "w", where()));
     KILN_ASSIGN_OR_RETURN(geometry_,
                           ResolveConv(node_, ctx.inputs[0].shape, ctx.inputs[3].shape, where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 1, 1, "x_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 4, geometry_.m, "w_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckScale(ctx, 6, 1, "y_scale", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 2, xt, 1, "x_zero_point", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 5, wt, geometry_.m, "w_zero_point", where()));
-    KILN_RETURN_IF_ERROR(CheckZeroPoint(ctx, 7, yt, 1, "y_zero_point", where()));
+    KILN_RETURN_IF_ERROR(CheckQLinearParams(ctx, "x", "w", geometry_.m, where()));
     if (Present(ctx, 8) &&
         (ctx.inputs[8].dtype != DType::kInt32 || ctx.inputs[8].shape != Shape({geometry_.m}))) {
       return Error("'B' must be int32[", geometry_.m, "]");
     }
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = yt;
-    ctx.output_shapes[0] = geometry_.out_shape;
-    ctx.scratch_bytes = sizeof(int32_t) * std::max<int64_t>(geometry_.out_shape.num_elements(), 1);
+    DeclareIntegerOpOutput(ctx, ctx.inputs[7].dtype, geometry_.out_shape,
+                           /*accumulators_in_scratch=*/true);
     return absl::OkStatus();
   }
 
@@ -671,13 +691,7 @@ class QLinearConvKernel : public MathKernel {
         acc[i] += bias.data<int32_t>()[(i / spatial) % geometry_.m];
       }
     }
-    const std::vector<float> scales = RealScales(ctx.inputs[1], ctx.inputs[4], ctx.inputs[6]);
-    const int32_t y_zero = static_cast<int32_t>(ValueAt(ctx.inputs[7], 0));
-    VisitQuantized(y.dtype(), [&](auto tag) {
-      using Q = decltype(tag);
-      Requantize<Q>(acc, y.num_elements(), static_cast<int64_t>(scales.size()), spatial, scales,
-                    y_zero, y.data<Q>());
-    });
+    RequantizeOutput(ctx, acc, spatial);
     return absl::OkStatus();
   }
 

@@ -31,6 +31,32 @@ absl::Status CheckIndices(const Tensor& indices, int64_t dim, bool allow_negativ
   return absl::OkStatus();
 }
 
+// The one output of the gathers: input 0's dtype, `shape`.
+void DeclareGatherOutput(PrepareContext& ctx, const Shape& shape) {
+  ctx.SetNumOutputs(1);
+  ctx.output_dtypes[0] = ctx.inputs[0].dtype;
+  ctx.output_shapes[0] = shape;
+}
+
+// The flat offset in data of index tuple t of GatherND / ScatterND: its k entries name dims
+// first .. first + k - 1 (negative entries count from the end). INVALID_ARGUMENT for an entry
+// outside its dim.
+absl::StatusOr<int64_t> TupleOffset(const Tensor& indices, int64_t t, int k, int first,
+                                    absl::Span<const int64_t> dims, const Dims& strides) {
+  int64_t off = 0;
+  for (int j = 0; j < k; ++j) {
+    const int64_t dim = dims[first + j];
+    int64_t v = IndexAt(indices, t * k + j);
+    if (v < -dim || v >= dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index ", v, " out of range for dim ", first + j, " of size ", dim));
+    }
+    if (v < 0) v += dim;
+    off += v * strides[first + j];
+  }
+  return off;
+}
+
 // ---------------------------------------------------------------------------------------
 // Gather with batch dims: params [B..., A..., axis, I...], indices [B..., J...] ->
 // [B..., A..., J..., I...]. ONNX Gather is batch_dims = 0 with negative indices allowed;
@@ -79,9 +105,7 @@ class GatherKernel : public TensorKernel {
     for (int i = 0; i < axis_; ++i) out.push_back(data.dim(i));
     for (int i = batch_; i < indices.rank(); ++i) out.push_back(indices.dim(i));
     for (int i = axis_ + 1; i < data.rank(); ++i) out.push_back(data.dim(i));
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = out;
+    DeclareGatherOutput(ctx, out);
     return absl::OkStatus();
   }
 
@@ -160,6 +184,23 @@ void ForEachCoord(const Shape& shape, int64_t begin, int64_t end, Fn&& fn) {
   }
 }
 
+// The flat offset in data of element i of indices (at coordinates c) for GatherElements and
+// ScatterElements: c with its `axis` coordinate replaced by indices[i] (negative counts from
+// the end of a dim of size `dim`).
+int64_t ElementOffset(const Tensor& indices, int64_t i, const Dims& c, int axis, int64_t dim,
+                      const Dims& strides) {
+  int64_t off = 0;
+  for (int d = 0; d < static_cast<int>(c.size()); ++d) {
+    if (d == axis) {
+      const int64_t v = IndexAt(indices, i);
+      off += (v < 0 ? v + dim : v) * strides[d];
+    } else {
+      off += c[d] * strides[d];
+    }
+  }
+  return off;
+}
+
 // GatherElements(data, indices), axis: out[i..] = data[i.. with axis := indices[i..]].
 class GatherElementsKernel : public TensorKernel {
  public:
@@ -178,9 +219,7 @@ class GatherElementsKernel : public TensorKernel {
     auto a = NormalizeAxis(axis_attr_, data.rank(), "axis");
     if (!a.ok()) return Annotate(a.status(), where());
     axis_ = *a;
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = idx;
+    DeclareGatherOutput(ctx, idx);
     return absl::OkStatus();
   }
 
@@ -197,16 +236,7 @@ class GatherElementsKernel : public TensorKernel {
       T* dst = out.data<T>();
       auto work = [&](int64_t begin, int64_t end) {
         ForEachCoord(indices.shape(), begin, end, [&](int64_t i, const Dims& c) {
-          int64_t off = 0;
-          for (int d = 0; d < static_cast<int>(c.size()); ++d) {
-            if (d == axis_) {
-              int64_t v = IndexAt(indices, i);
-              off += (v < 0 ? v + dim : v) * strides[d];
-            } else {
-              off += c[d] * strides[d];
-            }
-          }
-          dst[i] = src[off];
+          dst[i] = src[ElementOffset(indices, i, c, axis_, dim, strides)];
         });
       };
       ctx.ParallelFor(indices.num_elements(), kParallelElements, work);
@@ -244,9 +274,7 @@ class GatherNDKernel : public TensorKernel {
     Shape out;
     for (int i = 0; i < idx.rank() - 1; ++i) out.push_back(idx.dim(i));
     for (int i = static_cast<int>(batch_ + k); i < data.rank(); ++i) out.push_back(data.dim(i));
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = ctx.inputs[0].dtype;
-    ctx.output_shapes[0] = out;
+    DeclareGatherOutput(ctx, out);
     return absl::OkStatus();
   }
 
@@ -265,17 +293,9 @@ class GatherNDKernel : public TensorKernel {
     // Validate and turn each index tuple into an element offset.
     std::vector<int64_t> offsets(tuples);
     for (int64_t t = 0; t < tuples; ++t) {
-      int64_t off = (per_batch == 0 ? 0 : t / per_batch) * batch_size;
-      for (int j = 0; j < k; ++j) {
-        const int64_t dim = dd[b + j];
-        int64_t v = IndexAt(indices, t * k + j);
-        if (v < -dim || v >= dim) {
-          return Error("index ", v, " out of range for dim ", b + j, " of size ", dim);
-        }
-        if (v < 0) v += dim;
-        off += v * strides[b + j];
-      }
-      offsets[t] = off;
+      const absl::StatusOr<int64_t> off = TupleOffset(indices, t, k, b, dd, strides);
+      if (!off.ok()) return Annotate(off.status(), where());
+      offsets[t] = (per_batch == 0 ? 0 : t / per_batch) * batch_size + *off;
     }
     VisitBySize(data.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -398,17 +418,12 @@ class ScatterNDKernel : public ScatterBase {
       const T* upd = updates.data<T>();
       T* dst = out.data<T>();
       for (int64_t t = 0; t < tuples; ++t) {
-        int64_t off = 0;
-        for (int j = 0; j < k; ++j) {
-          int64_t v = IndexAt(indices, t * k + j);
-          if (v < -dd[j] || v >= dd[j]) {
-            status = Error("index ", v, " out of range for dim ", j, " of size ", dd[j]);
-            return;
-          }
-          if (v < 0) v += dd[j];
-          off += v * strides[j];
+        const absl::StatusOr<int64_t> off = TupleOffset(indices, t, k, 0, dd, strides);
+        if (!off.ok()) {
+          status = Annotate(off.status(), where());
+          return;
         }
-        for (int64_t e = 0; e < slice; ++e) Combine(dst[off + e], upd[t * slice + e], reduction_);
+        for (int64_t e = 0; e < slice; ++e) Combine(dst[*off + e], upd[t * slice + e], reduction_);
       }
     });
     return status;
@@ -447,16 +462,7 @@ class ScatterElementsKernel : public ScatterBase {
       const T* upd = updates.data<T>();
       T* dst = out.data<T>();
       ForEachCoord(indices.shape(), 0, indices.num_elements(), [&](int64_t i, const Dims& c) {
-        int64_t off = 0;
-        for (int d = 0; d < static_cast<int>(c.size()); ++d) {
-          if (d == axis_) {
-            const int64_t v = IndexAt(indices, i);
-            off += (v < 0 ? v + dim : v) * strides[d];
-          } else {
-            off += c[d] * strides[d];
-          }
-        }
-        Combine(dst[off], upd[i], reduction_);
+        Combine(dst[ElementOffset(indices, i, c, axis_, dim, strides)], upd[i], reduction_);
       });
     });
     return absl::OkStatus();
