@@ -23,8 +23,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
 #include "kiln/serving/deadline.h"
 #include "kiln/serving/grpc_service.h"
 #include "kiln/serving/health_service.h"
@@ -35,37 +33,12 @@
 #include "kiln/serving/server_core.h"
 #include "kiln/serving/status_page.h"
 #include "kiln/serving/tls.h"
+#include "serving/text_proto.h"
 #include "tensorflow_serving/config/monitoring_config.pb.h"
 
 namespace kiln::serving {
 
 namespace {
-
-template <typename Proto>
-absl::StatusOr<Proto> ReadTextProto(const std::string& path, const char* flag) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat("--", flag, ": cannot read file ", path));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  Proto proto;
-  google::protobuf::TextFormat::Parser parser;
-  struct Collector : google::protobuf::io::ErrorCollector {
-    std::string errors;
-    void AddError(int line, int column, const std::string& message) override {
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", "line ", line + 1, " column ",
-                      column + 1, ": ", message);
-    }
-  } collector;
-  parser.RecordErrorsTo(&collector);
-  if (!parser.ParseFromString(text.str(), &proto)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", path, " is not a valid ",
-                                                   Proto::descriptor()->name(),
-                                                   " text proto: ", collector.errors));
-  }
-  return proto;
-}
 
 std::string ReadFileOrEmpty(const std::string& path) {
   std::ifstream file(path);

@@ -6,13 +6,9 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
 #include "kiln/core/status.h"
+#include "serving/text_proto.h"
 
 namespace kiln::serving {
 
@@ -113,26 +109,7 @@ absl::Status ValidateSslConfig(const SSLConfig& config) {
 }
 
 absl::StatusOr<SSLConfig> ReadSslConfig(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat("--ssl_config_file: cannot read file ", path));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  SSLConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  struct Collector : google::protobuf::io::ErrorCollector {
-    std::string errors;
-    void AddError(int line, int column, const std::string& message) override {
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", "line ", line + 1, " column ",
-                      column + 1, ": ", message);
-    }
-  } collector;
-  parser.RecordErrorsTo(&collector);
-  if (!parser.ParseFromString(text.str(), &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ssl_config_file: ", path, " is not a valid SSLConfig text proto: ", collector.errors));
-  }
+  KILN_ASSIGN_OR_RETURN(SSLConfig config, ReadTextProto<SSLConfig>(path, "ssl_config_file"));
   absl::Status valid = ValidateSslConfig(config);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(valid.message(), " (in ", path, ")"));
