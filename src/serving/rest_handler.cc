@@ -423,10 +423,36 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
       if (!parsed.ok()) return fail(parsed.status());
       resolve(**servable, parsed->signature_name);
       const tensorflow::serving::Input input = InputFromJson(*parsed);
+      // logging_config: the request and result as the ClassifyRequest / RegressRequest and
+      // response TF Serving's REST API converts them to.
+      std::shared_ptr<RequestLogger> logger =
+          loggers_ != nullptr ? loggers_->SampledLogger(spec->name) : nullptr;
+      auto log_request = [&](tensorflow::serving::ModelSpec* requested,
+                             tensorflow::serving::Input* logged_input,
+                             tensorflow::serving::ModelSpec* answered) {
+        requested->set_name(spec->name);
+        if (spec->version.has_value()) requested->mutable_version()->set_value(*spec->version);
+        if (!spec->label.empty()) requested->set_version_label(spec->label);
+        requested->set_signature_name(parsed->signature_name);
+        *logged_input = input;
+        answered->set_name((*servable)->name());
+        answered->mutable_version()->set_value((*servable)->version());
+        answered->set_signature_name(signature);
+      };
       std::string out = "{\"results\": [";
       if (verb == "classify") {
         auto result = RunClassify(**servable, parsed->signature_name, input);
         if (!result.ok()) return fail(result.status());
+        if (logger != nullptr) {
+          tensorflow::serving::PredictionLog log;
+          auto* logged = log.mutable_classify_log();
+          log_request(logged->mutable_request()->mutable_model_spec(),
+                      logged->mutable_request()->mutable_input(),
+                      logged->mutable_response()->mutable_model_spec());
+          *logged->mutable_response()->mutable_result() = *result;
+          const tensorflow::serving::ModelSpec answered = logged->response().model_spec();
+          logger->Log(std::move(log), answered);
+        }
         for (int i = 0; i < result->classifications_size(); ++i) {
           if (i) out.append(", ");
           out.push_back('[');
@@ -444,6 +470,16 @@ HttpResponse RestHandler::HandleV1(const HttpRequest& request, absl::string_view
       } else {
         auto result = RunRegress(**servable, parsed->signature_name, input);
         if (!result.ok()) return fail(result.status());
+        if (logger != nullptr) {
+          tensorflow::serving::PredictionLog log;
+          auto* logged = log.mutable_regress_log();
+          log_request(logged->mutable_request()->mutable_model_spec(),
+                      logged->mutable_request()->mutable_input(),
+                      logged->mutable_response()->mutable_model_spec());
+          *logged->mutable_response()->mutable_result() = *result;
+          const tensorflow::serving::ModelSpec answered = logged->response().model_spec();
+          logger->Log(std::move(log), answered);
+        }
         for (int i = 0; i < result->regressions_size(); ++i) {
           if (i) out.append(", ");
           AppendFloatJson(result->regressions(i).value(), &out);

@@ -539,6 +539,69 @@ TEST(ServeRequestLogE2ETest, PredictionLogsAreReadBackAsADatasetAndAFullDiskDrop
   EXPECT_EQ(server.Terminate(), 0);
 }
 
+// REST's :classify and :regress are logged as the ClassifyRequest / RegressRequest (and
+// their responses) TF Serving's REST API converts them to, on TF Serving's own TF1
+// half_plus_two, whose classify_x_to_y and regress_x_to_y signatures answer 0.5 x + 2.
+TEST(ServeRequestLogE2ETest, RestClassifyAndRegressAreLogged) {
+  const std::string dir = MakeTempDir("request_log_classify");
+  fs::create_directories(dir + "/logs");
+  WriteFile(dir + "/models.config",
+            "model_config_list {\n  config { name: \"hpt\" base_path: \"" +
+                std::string(KILN_SHARED_DIR) +
+                "/testdata/tf_serving/saved_model_half_plus_two_cpu\"\n    logging_config {\n"
+                "      log_collector_config { type: \"file\" filename_prefix: \"" +
+                dir +
+                "/logs/hpt\" }\n      sampling_config { sampling_rate: 1.0 }\n    }\n"
+                "  }\n}\n");
+  ServerProcess server({"serve", "--model_config_file=" + dir + "/models.config"});
+  ASSERT_TRUE(server.WaitUntilServing()) << server.Log();
+  HttpReply classify =
+      HttpCall(server.rest_port(), "POST", "/v1/models/hpt:classify",
+               R"({"signature_name": "classify_x_to_y", "examples": [{"x": 2.0}]})");
+  ASSERT_EQ(classify.status, 200) << classify.body;
+  HttpReply regress = HttpCall(server.rest_port(), "POST", "/v1/models/hpt:regress",
+                               R"({"signature_name": "regress_x_to_y", "examples": [{"x": 4.0}]})");
+  ASSERT_EQ(regress.status, 200) << regress.body;
+  EXPECT_EQ(server.Terminate(), 0);  // flushes the log files
+
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir + "/logs")) {
+    files.push_back(entry.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  auto iterator = data::Dataset::TFRecord(data::Element({Tensor::FromVector<std::string>(files)}))
+                      .MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  std::vector<tensorflow::serving::PredictionLog> logs;
+  while (true) {
+    auto element = (*iterator)->GetNext();
+    ASSERT_TRUE(element.ok()) << element.status();
+    if (!element->has_value()) break;
+    ASSERT_TRUE(logs.emplace_back().ParseFromString((**element).tensors[0].data<std::string>()[0]));
+  }
+  ASSERT_EQ(logs.size(), 2u);
+  ASSERT_TRUE(logs[0].has_classify_log());
+  const auto& c = logs[0].classify_log();
+  EXPECT_EQ(c.request().model_spec().signature_name(), "classify_x_to_y");
+  EXPECT_EQ(c.request()
+                .input()
+                .example_list()
+                .examples(0)
+                .features()
+                .feature()
+                .at("x")
+                .float_list()
+                .value(0),
+            2.0f);
+  EXPECT_EQ(c.response().result().classifications(0).classes(0).score(), 3.0f);
+  EXPECT_EQ(logs[0].log_metadata().model_spec().signature_name(), "classify_x_to_y");
+  ASSERT_TRUE(logs[1].has_regress_log());
+  const auto& r = logs[1].regress_log();
+  EXPECT_EQ(r.request().model_spec().signature_name(), "regress_x_to_y");
+  EXPECT_EQ(r.response().result().regressions(0).value(), 4.0f);
+  EXPECT_EQ(logs[1].log_metadata().model_spec().version().value(), 123);
+}
+
 TEST(ServeRequestLogE2ETest, BadLoggingConfigStopsTheServer) {
   const std::string dir = MakeTempDir("request_log_bad");
   WriteFile(dir + "/models.config",
