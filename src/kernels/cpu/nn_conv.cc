@@ -22,8 +22,6 @@ namespace {
 
 using dnnl::memory;
 
-size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
-
 struct ConvGeometry {
   std::vector<int64_t> strides, dilations, pads_begin, pads_end, kernel, out_spatial;
 };
@@ -243,27 +241,27 @@ class ConvKernel : public DnnlKernel {
     attr.set_post_ops(ops);
     auto& engine = CpuEngine();
     memory::desc chosen_x, chosen_w, chosen_y, scratch;
-    if (!transpose_) {
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                        dnnl::algorithm::convolution_direct, any_x, any_w,
-                                        bias_desc, any_y, strides, dil, pl, pr);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, engine);
+    // The primitive for `d`, and the layouts oneDNN chose for it.
+    auto make = [&](auto primitive_type, const auto& d) {
+      using Primitive = decltype(primitive_type);
+      typename Primitive::primitive_desc pd(d, attr, engine);
       chosen_x = pd.src_desc();
       chosen_w = pd.weights_desc();
       chosen_y = pd.dst_desc();
       scratch = pd.scratchpad_desc();
-      primitive_ = dnnl::convolution_forward(pd);
+      primitive_ = Primitive(pd);
+    };
+    if (!transpose_) {
+      make(dnnl::convolution_forward(),
+           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                           dnnl::algorithm::convolution_direct, any_x, any_w,
+                                           bias_desc, any_y, strides, dil, pl, pr));
     } else {
       try {
-        dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                            dnnl::algorithm::deconvolution_direct, any_x, any_w,
-                                            bias_desc, any_y, strides, dil, pl, pr);
-        dnnl::deconvolution_forward::primitive_desc pd(d, attr, engine);
-        chosen_x = pd.src_desc();
-        chosen_w = pd.weights_desc();
-        chosen_y = pd.dst_desc();
-        scratch = pd.scratchpad_desc();
-        primitive_ = dnnl::deconvolution_forward(pd);
+        make(dnnl::deconvolution_forward(),
+             dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::deconvolution_direct, any_x, any_w,
+                                               bias_desc, any_y, strides, dil, pl, pr));
       } catch (const dnnl::error&) {
         // oneDNN has no deconvolution for this geometry (negative padding from output_shape):
         // the direct loop, for plain layouts without fused post-ops.

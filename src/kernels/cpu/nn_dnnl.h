@@ -23,6 +23,9 @@
 
 namespace kiln::kernels::nn {
 
+// `n` rounded up to a multiple of 64 (scratch offsets: cache-line aligned).
+inline size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
+
 dnnl::engine& CpuEngine();
 // The calling thread's stream on CpuEngine().
 dnnl::stream& ThreadStream();

@@ -31,8 +31,6 @@ namespace {
 
 using dnnl::memory;
 
-size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
-
 bool IsInt8(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
 
 memory::data_type DnnlType(DType d) {

@@ -45,8 +45,6 @@ namespace {
 
 using dnnl::memory;
 
-size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
-
 // Rows x K products below this many multiply-adds run on the calling thread (as MatMul).
 constexpr int64_t kSerialMacs = int64_t{1} << 18;
 // Elementwise passes (quantizing A, dequantizing the product) give each thread at least this

@@ -22,8 +22,6 @@ namespace {
 
 using dnnl::memory;
 
-size_t Align64(size_t n) { return (n + 63) / 64 * 64; }
-
 enum class Flavor { kMatMul, kGemm, kFusedMatMul, kFusedGemm };
 
 class MatMulKernel : public OpKernel {
