@@ -196,8 +196,8 @@ class ConvKernel : public DnnlKernel {
                                                  memory::format_tag::oidhw};
       static const memory::format_tag grouped[] = {memory::format_tag::goiw, memory::format_tag::goihw,
                                                    memory::format_tag::goidhw};
-      user_w_desc_ = memory::desc(w_dims, memory::data_type::f32,
-                                  group > 1 ? grouped[spatial - 1] : plain[spatial - 1]);
+      w_.user = memory::desc(w_dims, memory::data_type::f32,
+                             group > 1 ? grouped[spatial - 1] : plain[spatial - 1]);
     } else {
       // ONNX ConvTranspose weights are [C_in, C_out/G, k...]: per group the input channel is
       // the outer dimension, so describe them to oneDNN ([G,] O, I, k...) with strides.
@@ -213,7 +213,7 @@ class ConvKernel : public DnnlKernel {
         stride *= w.shape.dim(2 + i);
       }
       for (int i = 0; i < spatial; ++i) strides_w.push_back(spatial_strides[i]);
-      user_w_desc_ = memory::desc(w_dims, memory::data_type::f32, strides_w);
+      w_.user = memory::desc(w_dims, memory::data_type::f32, strides_w);
     }
     // Values between 2-D convs keep the layout this CPU's convolutions read and write (the
     // optimizer's conv_activation_layout pass): their logical shape stays NCHW, their bytes
@@ -281,11 +281,9 @@ class ConvKernel : public DnnlKernel {
     }
     scratch_desc_ = scratch;
     x_desc_ = chosen_x;
-    w_desc_ = chosen_w;
     y_desc_ = chosen_y;
     reorder_x_ = chosen_x != user_x_desc_;
     reorder_y_ = chosen_y != user_y_desc_;
-    reorder_w_ = chosen_w != user_w_desc_;
 
     // Scratch: [oneDNN scratchpad][x in oneDNN layout][y in oneDNN layout][w if not constant]
     size_t offset = 0;
@@ -295,17 +293,7 @@ class ConvKernel : public DnnlKernel {
     if (reorder_x_) offset += Align64(chosen_x.get_size());
     y_offset_ = offset;
     if (reorder_y_) offset += Align64(chosen_y.get_size());
-    w_offset_ = offset;
-    packed_w_.reset();
-    if (reorder_w_) {
-      if (w.constant != nullptr) {
-        KILN_ASSIGN_OR_RETURN(packed_w_,
-                              PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_,
-                                           user_w_desc_, w.constant->raw_data(), chosen_w));
-      } else {
-        offset += Align64(chosen_w.get_size());
-      }
-    }
+    KILN_RETURN_IF_ERROR(w_.Prepare(ctx, node_, w, chosen_w, &offset));
     if (reorder_x_) x_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
     if (reorder_y_) {
       y_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
@@ -316,9 +304,6 @@ class ConvKernel : public DnnlKernel {
     if (residual_to_dst_reorder_) {
       residual_reorder_ =
           dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_r_desc_, engine, chosen_y));
-    }
-    if (reorder_w_ && !packed_w_) {
-      w_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_w_desc_, engine, chosen_w));
     }
     ctx.scratch_bytes = offset;
     ctx.activation_reorders = int{reorder_x_} + int{reorder_y_} + int{residual_to_dst_reorder_};
@@ -384,16 +369,8 @@ class ConvKernel : public DnnlKernel {
     const RawMemory y_scratch = reorder_y_ ? RawMemory(y_desc_, scratch + y_offset_) : RawMemory();
     const dnnl_memory_t x_mem = reorder_x_ ? x_scratch.get() : user_x.get();
     const dnnl_memory_t y_mem = reorder_y_ ? y_scratch.get() : user_y.get();
-    const RawMemory user_w(user_w_desc_, w.raw_data());
-    const RawMemory w_scratch =
-        reorder_w_ && !packed_w_ ? RawMemory(w_desc_, scratch + w_offset_) : RawMemory();
-    dnnl_memory_t w_mem = user_w.get();
-    if (packed_w_) {
-      w_mem = packed_w_->get();
-    } else if (reorder_w_) {
-      w_mem = w_scratch.get();
-      ExecutePrimitive(w_reorder_, stream, {{DNNL_ARG_FROM, user_w.get()}, {DNNL_ARG_TO, w_mem}});
-    }
+    const WeightsMemory weights(w_, w.raw_data(), scratch, stream);
+    const dnnl_memory_t w_mem = weights.get();
     if (reorder_x_) {
       ExecutePrimitive(x_reorder_, stream, {{DNNL_ARG_FROM, user_x.get()}, {DNNL_ARG_TO, x_mem}});
     }
@@ -440,15 +417,15 @@ class ConvKernel : public DnnlKernel {
   bool empty_work_ = false;       // no input channels or no output: oneDNN is not called
   ir::MemoryLayout y_layout_ = ir::MemoryLayout::kPlain;  // (only read when empty_work_)
   int residual_index_ = -1;
-  memory::desc user_x_desc_, user_w_desc_, user_y_desc_, user_r_desc_, x_desc_, w_desc_, y_desc_,
-      scratch_desc_, bias_desc_;
-  bool reorder_x_ = false, reorder_y_ = false, reorder_w_ = false;
+  memory::desc user_x_desc_, user_y_desc_, user_r_desc_, x_desc_, y_desc_, scratch_desc_,
+      bias_desc_;
+  bool reorder_x_ = false, reorder_y_ = false;
   bool residual_to_dst_reorder_ = false;
-  size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0, w_offset_ = 0;
-  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0;
+  PrimitiveWeights w_;
   dnnl::primitive primitive_;
   std::unique_ptr<ConvTransposeRefGeometry> reference_;  // set when oneDNN can't run it
-  dnnl::reorder x_reorder_, y_reorder_, w_reorder_, residual_reorder_;
+  dnnl::reorder x_reorder_, y_reorder_, residual_reorder_;
 };
 
 KILN_REGISTER_KERNEL("", "Conv", [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {

@@ -88,6 +88,40 @@ absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
   return cache->GetOrCreate<dnnl::memory>(&node, key, pack);
 }
 
+absl::Status PrimitiveWeights::Prepare(const PrepareContext& ctx, const ir::Node& node,
+                                       const InputInfo& w, const memory::desc& chosen_layout,
+                                       size_t* offset) {
+  chosen = chosen_layout;
+  reorder = chosen != user;
+  scratch_offset = *offset;
+  packed.reset();
+  if (!reorder) return absl::OkStatus();
+  if (w.constant != nullptr) {
+    KILN_ASSIGN_OR_RETURN(packed, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node,
+                                               user, w.constant->raw_data(), chosen));
+  } else {
+    *offset += Align64(chosen.get_size());
+    auto& engine = CpuEngine();
+    reorder_primitive = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user, engine, chosen));
+  }
+  return absl::OkStatus();
+}
+
+WeightsMemory::WeightsMemory(const PrimitiveWeights& w, const void* data, char* scratch,
+                             dnnl::stream& stream)
+    : user_(w.user, data),
+      scratch_(w.reorder && !w.packed ? RawMemory(w.chosen, scratch + w.scratch_offset)
+                                      : RawMemory()),
+      memory_(user_.get()) {
+  if (w.packed) {
+    memory_ = w.packed->get();
+  } else if (w.reorder) {
+    memory_ = scratch_.get();
+    ExecutePrimitive(w.reorder_primitive, stream,
+                     {{DNNL_ARG_FROM, user_.get()}, {DNNL_ARG_TO, memory_}});
+  }
+}
+
 memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout) {
   if (shape.rank() != 4) return PlainDesc(shape);
   switch (layout) {

@@ -137,4 +137,32 @@ absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
     PackedConstantCache* cache, const ir::Node& node, const dnnl::memory::desc& user,
     const void* data, const dnnl::memory::desc& packed);
 
+// A primitive's weights in the layout it chose: packed once per model when they are a
+// constant (PackConstant), else reordered into scratch on every run; the input itself when
+// the layouts agree.
+struct PrimitiveWeights {
+  dnnl::memory::desc user, chosen;
+  bool reorder = false;  // chosen != user
+  size_t scratch_offset = 0;
+  std::shared_ptr<const dnnl::memory> packed;  // shared by the model's plans
+  dnnl::reorder reorder_primitive;             // user -> chosen, when not packed
+
+  // At Prepare, `user` set, with the primitive's layout `chosen_layout`: packs constant
+  // weights, or places their per-run copy in scratch at *offset (advancing it).
+  absl::Status Prepare(const PrepareContext& ctx, const ir::Node& node, const InputInfo& w,
+                       const dnnl::memory::desc& chosen_layout, size_t* offset);
+};
+
+// The weights' memory for one Compute call: reordered into scratch first when they are
+// neither packed nor in the primitive's layout.
+class WeightsMemory {
+ public:
+  WeightsMemory(const PrimitiveWeights& w, const void* data, char* scratch, dnnl::stream& stream);
+  dnnl_memory_t get() const { return memory_; }
+
+ private:
+  const RawMemory user_, scratch_;
+  dnnl_memory_t memory_;
+};
+
 }  // namespace kiln::kernels::nn

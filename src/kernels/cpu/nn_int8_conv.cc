@@ -234,8 +234,8 @@ class Int8ConvKernel : public DnnlKernel {
     const memory::dims w_dims =
         group > 1 ? memory::dims{group, m / group, c / group, w.shape.dim(2), w.shape.dim(3)}
                   : memory::dims{m, c, w.shape.dim(2), w.shape.dim(3)};
-    user_w_desc_ = memory::desc(w_dims, memory::data_type::s8,
-                                group > 1 ? memory::format_tag::goihw : memory::format_tag::oihw);
+    w_.user = memory::desc(w_dims, memory::data_type::s8,
+                           group > 1 ? memory::format_tag::goihw : memory::format_tag::oihw);
     x_desc_ = NhwcDesc(n, c, h, wd, flip_sign_ ? DType::kUInt8 : x.dtype);
     const memory::desc any_w(w_dims, memory::data_type::s8, memory::format_tag::any);
     const memory::desc want_y = int8_out
@@ -254,8 +254,6 @@ class Int8ConvKernel : public DnnlKernel {
     const memory::desc chosen_w = pd.weights_desc();
     primitive_ = dnnl::convolution_forward(pd);
     reorder_y_ = y_desc_ != user_y_desc_;
-    reorder_w_ = chosen_w != user_w_desc_;
-    w_desc_ = chosen_w;
 
     // Scratch: [oneDNN scratchpad][bias in accumulator units][y in oneDNN's layout][weights]
     size_t offset = Align64(scratch_desc_.get_size());
@@ -265,19 +263,7 @@ class Int8ConvKernel : public DnnlKernel {
     if (reorder_y_) offset += Align64(y_desc_.get_size());
     flipped_x_offset_ = offset;
     if (flip_sign_) offset += Align64(x.shape.num_elements());
-    w_offset_ = offset;
-    packed_w_.reset();
-    if (reorder_w_) {
-      if (w.constant != nullptr) {
-        KILN_ASSIGN_OR_RETURN(packed_w_,
-                              PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_,
-                                           user_w_desc_, w.constant->raw_data(), chosen_w));
-      } else {
-        offset += Align64(chosen_w.get_size());
-        w_reorder_ =
-            dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_w_desc_, engine, chosen_w));
-      }
-    }
+    KILN_RETURN_IF_ERROR(w_.Prepare(ctx, node_, w, chosen_w, &offset));
     if (reorder_y_) {
       y_reorder_ =
           dnnl::reorder(dnnl::reorder::primitive_desc(engine, y_desc_, engine, user_y_desc_));
@@ -315,16 +301,8 @@ class Int8ConvKernel : public DnnlKernel {
     const RawMemory user_y(user_y_desc_, y.raw_data());
     const RawMemory y_scratch = reorder_y_ ? RawMemory(y_desc_, scratch + y_offset_) : RawMemory();
     const dnnl_memory_t y_mem = reorder_y_ ? y_scratch.get() : user_y.get();
-    const RawMemory user_w(user_w_desc_, ctx.inputs[1].raw_data());
-    const RawMemory w_scratch =
-        reorder_w_ && !packed_w_ ? RawMemory(w_desc_, scratch + w_offset_) : RawMemory();
-    dnnl_memory_t w_mem = user_w.get();
-    if (packed_w_) {
-      w_mem = packed_w_->get();
-    } else if (reorder_w_) {
-      w_mem = w_scratch.get();
-      ExecutePrimitive(w_reorder_, stream, {{DNNL_ARG_FROM, user_w.get()}, {DNNL_ARG_TO, w_mem}});
-    }
+    const WeightsMemory weights(w_, ctx.inputs[1].raw_data(), scratch, stream);
+    const dnnl_memory_t w_mem = weights.get();
     // The bias in accumulator units (oneDNN adds it before the output scale).
     float* bias = reinterpret_cast<float*>(scratch + bias_offset_);
     const int64_t m = static_cast<int64_t>(bias_scale_.size());
@@ -375,13 +353,13 @@ class Int8ConvKernel : public DnnlKernel {
   bool residual_same_type_ = true;  // else never in place: the output has another dtype
   int32_t x_zero_point_ = 0, y_zero_point_ = 0;
   std::vector<float> w_scales_, bias_scale_;
-  memory::desc x_desc_, user_w_desc_, w_desc_, user_y_desc_, y_desc_, bias_desc_, scratch_desc_;
-  bool reorder_y_ = false, reorder_w_ = false;
-  size_t bias_offset_ = 0, y_offset_ = 0, w_offset_ = 0, flipped_x_offset_ = 0;
+  memory::desc x_desc_, user_y_desc_, y_desc_, bias_desc_, scratch_desc_;
+  bool reorder_y_ = false;
+  size_t bias_offset_ = 0, y_offset_ = 0, flipped_x_offset_ = 0;
   bool flip_sign_ = false;  // int8 X read as uint8 with zero point + 128 (no VNNI)
-  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  PrimitiveWeights w_;
   dnnl::primitive primitive_;
-  dnnl::reorder y_reorder_, w_reorder_, residual_reorder_;
+  dnnl::reorder y_reorder_, residual_reorder_;
 };
 
 // Runs a primitive of one source and one destination (a reorder, a pooling) on this thread's
