@@ -31,6 +31,20 @@ absl::Status CheckIndices(const Tensor& indices, int64_t dim, bool allow_negativ
   return absl::OkStatus();
 }
 
+// An "axis" attribute and its value normalized at Prepare against a rank.
+struct Axis {
+  Axis(const ir::Node& node, int64_t default_axis) : attr(node.GetInt("axis", default_axis)) {}
+  // Normalizes `attr` for `rank` into `value`; the error names `where`.
+  absl::Status Resolve(int rank, absl::string_view where) {
+    auto a = NormalizeAxis(attr, rank, "axis");
+    if (!a.ok()) return Annotate(a.status(), where);
+    value = *a;
+    return absl::OkStatus();
+  }
+  int64_t attr;
+  int value = 0;
+};
+
 // The one output of the gathers: input 0's dtype, `shape`.
 void DeclareGatherOutput(PrepareContext& ctx, const Shape& shape) {
   ctx.SetNumOutputs(1);
@@ -204,8 +218,7 @@ int64_t ElementOffset(const Tensor& indices, int64_t i, const Dims& c, int axis,
 // GatherElements(data, indices), axis: out[i..] = data[i.. with axis := indices[i..]].
 class GatherElementsKernel : public TensorKernel {
  public:
-  explicit GatherElementsKernel(const ir::Node& node)
-      : TensorKernel(node), axis_attr_(node.GetInt("axis", 0)) {}
+  explicit GatherElementsKernel(const ir::Node& node) : TensorKernel(node), axis_(node, 0) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (data, indices)");
@@ -216,9 +229,7 @@ class GatherElementsKernel : public TensorKernel {
       return Error("data ", data.ToString(), " and indices ", idx.ToString(),
                    " must have the same rank >= 1");
     }
-    auto a = NormalizeAxis(axis_attr_, data.rank(), "axis");
-    if (!a.ok()) return Annotate(a.status(), where());
-    axis_ = *a;
+    KILN_RETURN_IF_ERROR(axis_.Resolve(data.rank(), where()));
     DeclareGatherOutput(ctx, idx);
     return absl::OkStatus();
   }
@@ -227,7 +238,7 @@ class GatherElementsKernel : public TensorKernel {
     const Tensor& data = ctx.inputs[0];
     const Tensor& indices = ctx.inputs[1];
     Tensor& out = ctx.outputs[0];
-    const int64_t dim = data.dim(axis_);
+    const int64_t dim = data.dim(axis_.value);
     KILN_RETURN_IF_ERROR(Annotate(CheckIndices(indices, dim, true, "GatherElements"), where()));
     const Dims strides = RowMajorStrides(data.shape().dims());
     VisitBySize(data.dtype(), [&](auto tag) {
@@ -236,7 +247,7 @@ class GatherElementsKernel : public TensorKernel {
       T* dst = out.data<T>();
       auto work = [&](int64_t begin, int64_t end) {
         ForEachCoord(indices.shape(), begin, end, [&](int64_t i, const Dims& c) {
-          dst[i] = src[ElementOffset(indices, i, c, axis_, dim, strides)];
+          dst[i] = src[ElementOffset(indices, i, c, axis_.value, dim, strides)];
         });
       };
       ctx.ParallelFor(indices.num_elements(), kParallelElements, work);
@@ -245,8 +256,7 @@ class GatherElementsKernel : public TensorKernel {
   }
 
  private:
-  int64_t axis_attr_;
-  int axis_ = 0;
+  Axis axis_;
 };
 
 // GatherND(data, indices), batch_dims.
@@ -433,8 +443,7 @@ class ScatterNDKernel : public ScatterBase {
 // ScatterElements(data, indices, updates), axis, reduction.
 class ScatterElementsKernel : public ScatterBase {
  public:
-  explicit ScatterElementsKernel(const ir::Node& node)
-      : ScatterBase(node), axis_attr_(node.GetInt("axis", 0)) {}
+  explicit ScatterElementsKernel(const ir::Node& node) : ScatterBase(node), axis_(node, 0) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx));
@@ -442,9 +451,7 @@ class ScatterElementsKernel : public ScatterBase {
     const Shape& idx = ctx.inputs[1].shape;
     if (idx != ctx.inputs[2].shape) return Error("indices and updates shapes differ");
     if (idx.rank() != data.rank() || data.rank() == 0) return Error("indices rank must equal data rank");
-    auto a = NormalizeAxis(axis_attr_, data.rank(), "axis");
-    if (!a.ok()) return Annotate(a.status(), where());
-    axis_ = *a;
+    KILN_RETURN_IF_ERROR(axis_.Resolve(data.rank(), where()));
     return absl::OkStatus();
   }
 
@@ -454,7 +461,7 @@ class ScatterElementsKernel : public ScatterBase {
     const Tensor& updates = ctx.inputs[2];
     Tensor& out = ctx.outputs[0];
     CopyTensorData(data, out, &ctx);
-    const int64_t dim = data.dim(axis_);
+    const int64_t dim = data.dim(axis_.value);
     KILN_RETURN_IF_ERROR(Annotate(CheckIndices(indices, dim, true, "ScatterElements"), where()));
     const Dims strides = RowMajorStrides(data.shape().dims());
     VisitDType(data.dtype(), [&](auto tag) {
@@ -462,15 +469,14 @@ class ScatterElementsKernel : public ScatterBase {
       const T* upd = updates.data<T>();
       T* dst = out.data<T>();
       ForEachCoord(indices.shape(), 0, indices.num_elements(), [&](int64_t i, const Dims& c) {
-        Combine(dst[ElementOffset(indices, i, c, axis_, dim, strides)], upd[i], reduction_);
+        Combine(dst[ElementOffset(indices, i, c, axis_.value, dim, strides)], upd[i], reduction_);
       });
     });
     return absl::OkStatus();
   }
 
  private:
-  int64_t axis_attr_;
-  int axis_ = 0;
+  Axis axis_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -479,7 +485,7 @@ class ScatterElementsKernel : public ScatterBase {
 class CompressKernel : public TensorKernel {
  public:
   explicit CompressKernel(const ir::Node& node)
-      : TensorKernel(node), has_axis_(node.HasAttr("axis")), axis_attr_(node.GetInt("axis", 0)) {}
+      : TensorKernel(node), has_axis_(node.HasAttr("axis")), axis_(node, 0) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (input, condition)");
@@ -488,11 +494,12 @@ class CompressKernel : public TensorKernel {
     }
     const Shape& in = ctx.inputs[0].shape;
     if (has_axis_) {
-      auto a = NormalizeAxis(axis_attr_, in.rank(), "axis");
-      if (!a.ok() || in.rank() == 0) return Error("axis ", axis_attr_, " invalid for ", in.ToString());
-      axis_ = *a;
+      auto a = NormalizeAxis(axis_.attr, in.rank(), "axis");
+      if (!a.ok() || in.rank() == 0)
+        return Error("axis ", axis_.attr, " invalid for ", in.ToString());
+      axis_.value = *a;
     }
-    const int64_t len = has_axis_ ? in.dim(axis_) : in.num_elements();
+    const int64_t len = has_axis_ ? in.dim(axis_.value) : in.num_elements();
     if (ctx.inputs[1].shape.dim(0) > len) {
       return Error("condition has ", ctx.inputs[1].shape.dim(0), " entries, axis has ", len);
     }
@@ -512,11 +519,11 @@ class CompressKernel : public TensorKernel {
     Shape out_shape{selected};
     if (has_axis_) {
       const auto d = in.shape().dims();
-      outer = Product(d, 0, axis_);
-      dim = d[axis_];
-      inner = Product(d, axis_ + 1, in.rank());
+      outer = Product(d, 0, axis_.value);
+      dim = d[axis_.value];
+      inner = Product(d, axis_.value + 1, in.rank());
       out_shape = in.shape();
-      out_shape.set_dim(axis_, selected);
+      out_shape.set_dim(axis_.value, selected);
     }
     KILN_ASSIGN_OR_RETURN(Tensor* const out_ptr, ctx.Allocate(0, in.dtype(), out_shape));
     Tensor& out = *out_ptr;
@@ -535,16 +542,14 @@ class CompressKernel : public TensorKernel {
 
  private:
   bool has_axis_;
-  int64_t axis_attr_;
-  int axis_ = 0;
+  Axis axis_;
 };
 
 // OneHot(indices, depth, values[off, on]), axis (default -1). Negative indices count from
 // the end of depth; indices outside [-depth, depth) give an all-off row.
 class OneHotKernel : public TensorKernel {
  public:
-  explicit OneHotKernel(const ir::Node& node)
-      : TensorKernel(node), axis_attr_(node.GetInt("axis", -1)) {}
+  explicit OneHotKernel(const ir::Node& node) : TensorKernel(node), axis_(node, -1) {}
 
   absl::Status Prepare(PrepareContext& ctx) override {
     if (ctx.inputs.size() != 3) return Error("expects (indices, depth, values)");
@@ -553,9 +558,7 @@ class OneHotKernel : public TensorKernel {
       return Error("indices and depth must be numeric");
     }
     const int out_rank = ctx.inputs[0].shape.rank() + 1;
-    auto a = NormalizeAxis(axis_attr_, out_rank, "axis");
-    if (!a.ok()) return Annotate(a.status(), where());
-    axis_ = *a;
+    KILN_RETURN_IF_ERROR(axis_.Resolve(out_rank, where()));
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = ctx.inputs[2].dtype;
     const Tensor* depth = ConstantInput(ctx, 1);
@@ -578,9 +581,10 @@ class OneHotKernel : public TensorKernel {
       KILN_RETURN_IF_ERROR(ctx.Allocate(0, values.dtype(), s).status());
     }
     Tensor& out = ctx.outputs[0];
-    const int64_t depth = out.dim(axis_);
+    const int64_t depth = out.dim(axis_.value);
     const auto od = out.shape().dims();
-    const int64_t outer = Product(od, 0, axis_), inner = Product(od, axis_ + 1, out.rank());
+    const int64_t outer = Product(od, 0, axis_.value),
+                  inner = Product(od, axis_.value + 1, out.rank());
     VisitBySize(values.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T off = values.data<T>()[0], on = values.data<T>()[1];
@@ -603,12 +607,11 @@ class OneHotKernel : public TensorKernel {
     const int64_t depth = static_cast<int64_t>(ReadAsDouble(depth_t, 0));
     if (depth < 1) return Error("depth must be positive, got ", depth);
     Shape s = indices;
-    s.insert(axis_, depth);
+    s.insert(axis_.value, depth);
     return s;
   }
 
-  int64_t axis_attr_;
-  int axis_ = 0;
+  Axis axis_;
   bool dynamic_ = false;
 };
 
