@@ -37,9 +37,9 @@ class Cancellation : public std::enable_shared_from_this<Cancellation> {
  private:
   std::mutex mutex_;
   std::atomic<bool> cancelled_{false};
-  int next_id_ = 0;
-  std::vector<std::pair<int, std::function<void()>>> callbacks_;
-  std::vector<std::weak_ptr<Cancellation>> children_;
+  int next_id_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<std::pair<int, std::function<void()>>> callbacks_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::weak_ptr<Cancellation>> children_ ABSL_GUARDED_BY(mutex_);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -91,14 +91,14 @@ class MemoryAccountant {
 class Tunable {
  public:
   struct Measurement {
-    int64_t busy_ns = 0;         // worker time inside the stage's function (window)
-    double cpu_fraction = 1.0;   // CPU time / wall time of that work (sampled)
-    int64_t elements = 0;        // produced (window)
+    int64_t busy_ns = 0;           // worker time inside the stage's function (window)
+    double cpu_fraction = 1.0;     // CPU time / wall time of that work (sampled)
+    int64_t elements = 0;          // produced (window)
     int64_t consumer_wait_ns = 0;  // consumer blocked on this stage (window)
     int parallelism = 1;
     int64_t buffer_limit = 0;
-    int64_t buffered = 0;        // elements now in the buffer
-    double element_bytes = 0;    // mean size of a buffered element
+    int64_t buffered = 0;      // elements now in the buffer
+    double element_bytes = 0;  // mean size of a buffered element
   };
   virtual ~Tunable() = default;
   virtual bool tunes_parallelism() const = 0;
@@ -157,7 +157,7 @@ class PipelineState {
   std::shared_ptr<Cancellation> root_;
   std::atomic<int64_t> consumer_wait_ns_{0};
   mutable std::mutex stages_mutex_;
-  std::vector<std::unique_ptr<StageCounters>> stages_;
+  std::vector<std::unique_ptr<StageCounters>> stages_ ABSL_GUARDED_BY(stages_mutex_);
   std::unique_ptr<Autotuner> autotuner_;
   mutable std::mutex checkpoint_mutex_;
   std::string not_replayable_ ABSL_GUARDED_BY(checkpoint_mutex_);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "kiln/core/tensor.h"
 #include "kiln/serving/metrics.h"
@@ -57,6 +58,8 @@ absl::StatusOr<BatchingOptions> BatchingOptionsFromProto(
 // The batch size a batch of `rows` rows is padded to.
 int64_t PaddedBatchSize(const BatchingOptions& options, int64_t rows);
 
+// Thread safety: Run may be called from any thread at once; each call waits on the batch it
+// joined while the batch threads run it. Destruction stops the threads after the queue drains.
 class Batcher {
  public:
   using TensorMap = std::map<std::string, Tensor>;
@@ -103,8 +106,8 @@ class Batcher {
   ServingMetrics* const metrics_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Batch> queue_;
-  bool stopping_ = false;
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -19,11 +19,14 @@
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kiln/serving/server_core.h"
 
 namespace kiln::serving {
 
+// Thread safety: gRPC calls Check and Watch from its threads at once; they read ServerCore
+// (itself thread-safe) and wait on cv_ until Shutdown().
 class HealthServiceImpl final : public grpc::health::v1::Health::Service {
  public:
   // `draining` (may be null): set at SIGTERM. `server_services`: the full names of the gRPC
@@ -54,7 +57,7 @@ class HealthServiceImpl final : public grpc::health::v1::Health::Service {
   const std::set<std::string> server_services_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool shutdown_ = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kiln::serving

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "kiln/serving/metrics.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
@@ -40,6 +41,8 @@ struct RequestLogOptions {
 };
 
 // The logger of one model.
+// Thread safety: Log and Sample may be called from any thread at once; records go through a
+// bounded queue (mu_) to the one writer thread, so a slow disk never blocks a request.
 class RequestLogger {
  public:
   // Checks the config: sampling_rate in [0, 1], a filename_prefix whose directory exists.
@@ -75,17 +78,19 @@ class RequestLogger {
   ServingMetrics* const metrics_;
 
   std::mutex mu_;
-  std::condition_variable cv_;       // records queued, or stopping
-  std::condition_variable drained_;  // the writer finished a batch
-  std::deque<std::string> queue_;    // serialized records
-  uint64_t queued_total_ = 0;        // records ever queued
-  uint64_t done_total_ = 0;          // records written or dropped by the writer
-  bool stopping_ = false;
-  std::mt19937_64 random_;
+  std::condition_variable cv_;                          // records queued, or stopping
+  std::condition_variable drained_;                     // the writer finished a batch
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // serialized records
+  uint64_t queued_total_ ABSL_GUARDED_BY(mu_) = 0;      // records ever queued
+  uint64_t done_total_ ABSL_GUARDED_BY(mu_) = 0;        // written or dropped by the writer
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::mt19937_64 random_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
 
 // The loggers of every model whose config has a logging_config.
+// Thread safety: SampledLogger may be called from any thread at once, also while Configure
+// replaces loggers (a request keeps the shared_ptr it got).
 class RequestLoggers {
  public:
   RequestLoggers(RequestLogOptions options, ServingMetrics* metrics)
@@ -102,7 +107,7 @@ class RequestLoggers {
   const RequestLogOptions options_;
   ServingMetrics* const metrics_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<RequestLogger>> loggers_;
+  std::map<std::string, std::shared_ptr<RequestLogger>> loggers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::serving

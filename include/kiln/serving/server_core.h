@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "kiln/runtime/model.h"
 #include "kiln/serving/batcher.h"
@@ -34,6 +35,9 @@ using ModelLoader = std::function<absl::StatusOr<std::shared_ptr<runtime::Model>
     const std::string& path, const runtime::ModelOptions& options)>;
 
 // One loaded version of a model.
+// Thread safety: immutable after construction except for its batch queues (created on first
+// use under mu_); Run() may be called from any thread at once, and a version stays valid while
+// a request holds its shared_ptr, even after it is unloaded.
 class ServableVersion {
  public:
   // `metadata_only_signatures`: SignatureDefs that GetModelMetadata lists but that cannot be
@@ -80,7 +84,8 @@ class ServableVersion {
   const std::map<std::string, runtime::SignatureInfo> metadata_only_signatures_;
   mutable std::mutex mu_;
   // By signature and API.
-  mutable std::map<std::pair<std::string, std::string>, std::unique_ptr<Batcher>> batchers_;
+  mutable std::map<std::pair<std::string, std::string>, std::unique_ptr<Batcher>> batchers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // What a request names: a model and optionally a version or a label.
@@ -137,6 +142,10 @@ struct ServerCoreOptions {
   ServingMetrics* metrics = nullptr;
 };
 
+// Thread safety: Lookup, GetStatus, ResolveLabel, ModelNames and AllModelsAvailable may be
+// called from any thread at once (request threads); ReloadConfig and PollNow serialize on
+// poll_mu_ (one reload or poll pass at a time) and swap versions under mu_, so a request sees
+// either the old or the new set, never a half-applied one.
 class ServerCore {
  public:
   // Validates `config`, loads the models it names (waiting until every model's first versions
@@ -212,18 +221,18 @@ class ServerCore {
 
   const ServerCoreOptions options_;
   mutable std::mutex mu_;  // guards models_
-  std::map<std::string, ModelEntry> models_;
-  std::mutex poll_mu_;       // one poll pass or reload at a time
-  bool has_config_ = false;  // a model list was applied (guarded by poll_mu_)
+  std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
+  std::mutex poll_mu_;                                 // one poll pass or reload at a time
+  bool has_config_ ABSL_GUARDED_BY(poll_mu_) = false;  // a model list was applied
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread poll_thread_;
   // --num_unload_threads > 0: versions to release, and the threads that release them.
   std::mutex unload_mu_;
   std::condition_variable unload_cv_;
-  std::vector<std::shared_ptr<const ServableVersion>> unload_queue_;
-  bool unload_stopping_ = false;
+  std::vector<std::shared_ptr<const ServableVersion>> unload_queue_ ABSL_GUARDED_BY(unload_mu_);
+  bool unload_stopping_ ABSL_GUARDED_BY(unload_mu_) = false;
   std::vector<std::thread> unload_threads_;
 };
 

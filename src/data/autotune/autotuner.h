@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "data/internal.h"
 
 namespace kiln::data {
@@ -39,8 +40,8 @@ class Autotuner {
   PipelineState* pipeline_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool stopping_ = false;
-  std::vector<Tunable*> tunables_;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::vector<Tunable*> tunables_ ABSL_GUARDED_BY(mutex_);
   std::thread thread_;
 };
 
