@@ -50,8 +50,8 @@ float GlobalReduce(const float* x, int64_t n, bool max) {
 // window clipped to the input, i.e. count_include_pad=0). Windows are clipped once per output
 // row and column instead of testing every tap, as the generic loop nest does (which made
 // ResNet-18's one MaxPool cost as much as several of its convolutions).
-void Pool2D(const float* in, float* out, int64_t ih, int64_t iw, int64_t oh, int64_t ow,
-            int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool max) {
+void Pool2D(const float* in, float* out, int64_t ih, int64_t iw, int64_t oh, int64_t ow, int64_t kh,
+            int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool max) {
   for (int64_t y = 0; y < oh; ++y) {
     const int64_t h0 = std::max<int64_t>(0, y * sh - ph);
     const int64_t h1 = std::min<int64_t>(ih, y * sh - ph + kh);
@@ -75,6 +75,69 @@ void Pool2D(const float* in, float* out, int64_t ih, int64_t iw, int64_t oh, int
 }
 
 class PoolKernel : public OpKernel {
+  // Defined before Compute, which calls them from a generic lambda: clang 14 (the fuzz build)
+  // emitted the call to MaxPoolExact<T> without instantiating it when the definition came
+  // after that use (undefined references at link time).
+  // Max pooling in the input's own type (output dtype = input dtype, no rounding through
+  // float, which would lose 32/64-bit integers): one loop nest over the 3-D padded geometry,
+  // with Indices and storage_order as in the float path.
+  // Calls tap(flat) with the flat input offset of every in-bounds tap of the window of output
+  // position (o0, o1, o2); the spatial dims are padded to 3 (input id, kernel k, strides s,
+  // dilations d, begin pads pb).
+  template <typename Tap>
+  static void ForEachWindowTap(const int64_t* id, const int64_t* k, const int64_t* s,
+                               const int64_t* d, const int64_t* pb, int64_t o0, int64_t o1,
+                               int64_t o2, Tap&& tap) {
+    for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+      const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
+      if (i0 < 0 || i0 >= id[0]) continue;
+      for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+        const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
+        if (i1 < 0 || i1 >= id[1]) continue;
+        for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+          const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
+          if (i2 < 0 || i2 >= id[2]) continue;
+          tap((i0 * id[1] + i1) * id[2] + i2);
+        }
+      }
+    }
+  }
+
+  template <typename T>
+  absl::Status MaxPoolExact(ComputeContext& ctx, const int64_t* id, const int64_t* od,
+                            const int64_t* k, const int64_t* s, const int64_t* d, const int64_t* pb,
+                            int64_t* indices) const {
+    const T* xv = ctx.inputs[0].data<T>();
+    T* yv = ctx.outputs[0].data<T>();
+    const int64_t in_plane = id[0] * id[1] * id[2], out_plane = od[0] * od[1] * od[2];
+    const int64_t planes = in_shape_.dim(0) * in_shape_.dim(1);
+    ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const T* in = xv + p * in_plane;
+        for (int64_t o0 = 0; o0 < od[0]; ++o0)
+          for (int64_t o1 = 0; o1 < od[1]; ++o1)
+            for (int64_t o2 = 0; o2 < od[2]; ++o2) {
+              T acc = std::numeric_limits<T>::lowest();
+              int64_t arg = -1;
+              ForEachWindowTap(id, k, s, d, pb, o0, o1, o2, [&](int64_t flat) {
+                if (in[flat] > acc || arg < 0 || (IsNan(in[flat]) && !IsNan(acc))) {
+                  acc = in[flat];
+                  arg = flat;
+                }
+              });
+              const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
+              yv[p * out_plane + o] = acc;
+              if (indices != nullptr) {
+                int64_t idx = arg;
+                if (storage_order_ == 1 && spatial_ == 2) idx = (arg % id[2]) * id[1] + arg / id[2];
+                indices[p * out_plane + o] = p * in_plane + idx;
+              }
+            }
+      }
+    });
+    return absl::OkStatus();
+  }
+
  public:
   PoolKernel(const ir::Node& node, PoolKind kind, bool global)
       : node_(node), kind_(kind), global_(global) {}
@@ -89,8 +152,9 @@ class PoolKernel : public OpKernel {
     }
     dtype_ = x.dtype;
     if (x.shape.rank() < 3 || x.shape.rank() > 5) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": expects an N, C, spatial... input of rank 3 to 5; got ",
-                                                     x.shape.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": expects an N, C, spatial... input of rank 3 to 5; got ",
+                       x.shape.ToString()));
     }
     spatial_ = x.shape.rank() - 2;
     out_spatial_.clear();
@@ -105,15 +169,18 @@ class PoolKernel : public OpKernel {
     } else {
       kernel_ = node_.GetInts("kernel_shape");
       if (static_cast<int>(kernel_.size()) != spatial_) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": kernel_shape has ", kernel_.size(),
-                                                       " entries for ", spatial_, " spatial dimensions"));
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": kernel_shape has ",
+                                                       kernel_.size(), " entries for ", spatial_,
+                                                       " spatial dimensions"));
       }
       strides_ = node_.GetInts("strides", std::vector<int64_t>(spatial_, 1));
       dilations_ = node_.GetInts("dilations", std::vector<int64_t>(spatial_, 1));
       std::vector<int64_t> pads = node_.GetInts("pads", std::vector<int64_t>(2 * spatial_, 0));
-      if (static_cast<int>(strides_.size()) != spatial_ || static_cast<int>(dilations_.size()) != spatial_ ||
+      if (static_cast<int>(strides_.size()) != spatial_ ||
+          static_cast<int>(dilations_.size()) != spatial_ ||
           static_cast<int>(pads.size()) != 2 * spatial_) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": strides/dilations/pads do not match ",
+        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(),
+                                                       ": strides/dilations/pads do not match ",
                                                        spatial_, " spatial dimensions"));
       }
       for (int i = 0; i < spatial_; ++i) {
@@ -139,7 +206,8 @@ class PoolKernel : public OpKernel {
                                  pads[spatial_ + i], *auto_pad, ceil_mode);
         const int64_t out = axis.out;
         if (out <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input ", x.shape.ToString(),
+          return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input ",
+                                                         x.shape.ToString(),
                                                          " is smaller than the pooling window"));
         }
         pads_begin_[i] = axis.pad_begin;
@@ -154,10 +222,9 @@ class PoolKernel : public OpKernel {
     storage_order_ = node_.GetInt("storage_order", 0);
     Shape out{x.shape.dim(0), x.shape.dim(1)};
     for (int64_t d : out_spatial_) out.push_back(d);
-    const int outputs = kind_ == PoolKind::kMax && node_.outputs.size() > 1 &&
-                                node_.outputs[1] != ir::kNoValue
-                            ? 2
-                            : 1;
+    const int outputs =
+        kind_ == PoolKind::kMax && node_.outputs.size() > 1 && node_.outputs[1] != ir::kNoValue ? 2
+                                                                                                : 1;
     ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
     ctx.output_dtypes[0] = dtype_;
     ctx.output_shapes[0] = out;
@@ -307,9 +374,9 @@ class PoolKernel : public OpKernel {
       });
       return absl::OkStatus();
     }
-    const bool plain_2d = indices == nullptr && spatial_ == 2 && d[1] == 1 && d[2] == 1 &&
-                          (kind_ == PoolKind::kMax ||
-                           (kind_ == PoolKind::kAverage && !count_include_pad_));
+    const bool plain_2d =
+        indices == nullptr && spatial_ == 2 && d[1] == 1 && d[2] == 1 &&
+        (kind_ == PoolKind::kMax || (kind_ == PoolKind::kAverage && !count_include_pad_));
     if (plain_2d) {
       ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {
@@ -382,66 +449,6 @@ class PoolKernel : public OpKernel {
   int64_t PadEnd(int i) const { return pads_end_[i]; }
 
   static bool IsExactMaxDType(DType t) { return t == DType::kFloat64 || IsInteger(t); }
-
-  // Max pooling in the input's own type (output dtype = input dtype, no rounding through
-  // float, which would lose 32/64-bit integers): one loop nest over the 3-D padded geometry,
-  // with Indices and storage_order as in the float path.
-  // Calls tap(flat) with the flat input offset of every in-bounds tap of the window of output
-  // position (o0, o1, o2); the spatial dims are padded to 3 (input id, kernel k, strides s,
-  // dilations d, begin pads pb).
-  template <typename Tap>
-  static void ForEachWindowTap(const int64_t* id, const int64_t* k, const int64_t* s,
-                               const int64_t* d, const int64_t* pb, int64_t o0, int64_t o1,
-                               int64_t o2, Tap&& tap) {
-    for (int64_t k0 = 0; k0 < k[0]; ++k0) {
-      const int64_t i0 = o0 * s[0] - pb[0] + k0 * d[0];
-      if (i0 < 0 || i0 >= id[0]) continue;
-      for (int64_t k1 = 0; k1 < k[1]; ++k1) {
-        const int64_t i1 = o1 * s[1] - pb[1] + k1 * d[1];
-        if (i1 < 0 || i1 >= id[1]) continue;
-        for (int64_t k2 = 0; k2 < k[2]; ++k2) {
-          const int64_t i2 = o2 * s[2] - pb[2] + k2 * d[2];
-          if (i2 < 0 || i2 >= id[2]) continue;
-          tap((i0 * id[1] + i1) * id[2] + i2);
-        }
-      }
-    }
-  }
-
-  template <typename T>
-  absl::Status MaxPoolExact(ComputeContext& ctx, const int64_t* id, const int64_t* od,
-                            const int64_t* k, const int64_t* s, const int64_t* d, const int64_t* pb,
-                            int64_t* indices) const {
-    const T* xv = ctx.inputs[0].data<T>();
-    T* yv = ctx.outputs[0].data<T>();
-    const int64_t in_plane = id[0] * id[1] * id[2], out_plane = od[0] * od[1] * od[2];
-    const int64_t planes = in_shape_.dim(0) * in_shape_.dim(1);
-    ctx.ParallelFor(planes, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const T* in = xv + p * in_plane;
-        for (int64_t o0 = 0; o0 < od[0]; ++o0)
-          for (int64_t o1 = 0; o1 < od[1]; ++o1)
-            for (int64_t o2 = 0; o2 < od[2]; ++o2) {
-              T acc = std::numeric_limits<T>::lowest();
-              int64_t arg = -1;
-              ForEachWindowTap(id, k, s, d, pb, o0, o1, o2, [&](int64_t flat) {
-                if (in[flat] > acc || arg < 0 || (IsNan(in[flat]) && !IsNan(acc))) {
-                  acc = in[flat];
-                  arg = flat;
-                }
-              });
-              const int64_t o = (o0 * od[1] + o1) * od[2] + o2;
-              yv[p * out_plane + o] = acc;
-              if (indices != nullptr) {
-                int64_t idx = arg;
-                if (storage_order_ == 1 && spatial_ == 2) idx = (arg % id[2]) * id[1] + arg / id[2];
-                indices[p * out_plane + o] = p * in_plane + idx;
-              }
-            }
-      }
-    });
-    return absl::OkStatus();
-  }
 
   ir::Node node_;
   PoolKind kind_;
