@@ -77,6 +77,12 @@ absl::StatusOr<tensorflow::Feature> BaselineFeature(const std::string& name,
     }
     for (float v : value->numbers) {
       if (instance.has_int64_list()) {
+        // A float outside int64's range (or NaN) has no integer value: converting it is
+        // undefined behaviour, so it is the request's error.
+        if (!(v >= -9.2e18f && v <= 9.2e18f)) {
+          return absl::InvalidArgumentError(absl::StrCat("inputBaselines of int64 feature '", name,
+                                                         "' has ", v, ", not an integer"));
+        }
         f.mutable_int64_list()->add_value(static_cast<int64_t>(v));
       } else {
         f.mutable_float_list()->add_value(v);

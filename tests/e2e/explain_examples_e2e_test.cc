@@ -212,6 +212,14 @@ TEST_F(ExplainExamplesE2ETest, TaxiClassificationExplainsByFeatureName) {
                   NumberAfter(reply.body, "baselineOutputValue"),
               1e-5)
       << reply.body;
+  // A baseline an int64 feature cannot hold is the request's error, not a conversion.
+  std::string huge = body;
+  huge.replace(huge.rfind('}'), 1,
+               R"(, "explanationSpecOverride": {"metadata": {"inputs": )"
+               R"({"trip_seconds": {"inputBaselines": [1e30]}}}}})");
+  HttpReply bad = Explain("taxi", huge);
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_THAT(bad.body, HasSubstr("not an integer"));
 }
 
 }  // namespace
