@@ -149,6 +149,7 @@ absl::StatusOr<std::string> ExplainExamples(const ServableVersion& servable, abs
   }
   // Each row is a mask: 1 takes the instance's feature, 0 the baseline's. The Examples of
   // the baselines are built once; the evaluator assembles each row's Example from them.
+  KILN_RETURN_IF_ERROR(CheckEvaluationBudget(num_instances, B, M, spec.path_count, limits));
   std::shared_ptr<const WarmupBaselines> warmup = GetWarmupBaselines(servable);
   std::vector<std::vector<std::optional<tensorflow::Feature>>> baseline_features(
       static_cast<size_t>(num_instances * B));

@@ -85,6 +85,12 @@ OutputSelection SelectClasses(const std::string& name, const Tensor& output, int
 absl::StatusOr<std::string> ExplainedOutput(const ExplainSpec& spec, const SignatureInfo& signature,
                                             const std::map<std::string, Tensor>& outputs);
 
+// INVALID_ARGUMENT naming the budget when `num_instances` x `num_baselines` problems of
+// `num_features` features need more evaluations than limits.max_evaluations; checked before
+// the rows are built, so an oversized request allocates nothing.
+absl::Status CheckEvaluationBudget(int64_t num_instances, int num_baselines, int num_features,
+                                   int path_count, const ExplainLimits& limits);
+
 // Runs SampledShapley over every (instance, baseline) row in one call of `evaluate` and
 // averages each instance's attributions over its baselines.
 absl::StatusOr<std::vector<ShapleyAttribution>> Solve(const Problem& problem, int path_count,

@@ -307,6 +307,21 @@ absl::StatusOr<std::string> ExplainedOutput(const ExplainSpec& spec, const Signa
   return name;
 }
 
+absl::Status CheckEvaluationBudget(int64_t num_instances, int num_baselines, int num_features,
+                                   int path_count, const ExplainLimits& limits) {
+  const double total =
+      static_cast<double>(ShapleyEvaluationsPerInstance(num_features, path_count)) * num_instances *
+      num_baselines;
+  if (limits.max_evaluations > 0 && total > static_cast<double>(limits.max_evaluations)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "explain: the request needs ", total, " model evaluations (", num_instances,
+        " instances x ", num_baselines, " baselines x (2 + pathCount ", path_count, " x (",
+        num_features, " features - 1))), over the explain evaluation budget of ",
+        limits.max_evaluations, "; lower pathCount, group features or send fewer instances"));
+  }
+  return absl::OkStatus();
+}
+
 // Runs SampledShapley over every (instance, baseline) row in one call of `evaluate` and
 // averages each instance's attributions over its baselines. Efficiency still holds exactly:
 // the attributions sum to f(x) minus the mean of f(b) over the baselines.
@@ -483,6 +498,8 @@ absl::StatusOr<std::string> ExplainTensors(const ServableVersion& servable, absl
     }
   }
   const int B = problem.num_baselines;
+  KILN_RETURN_IF_ERROR(
+      CheckEvaluationBudget(num_instances, B, layout.num_features, spec.path_count, limits));
   std::vector<float> baseline(static_cast<size_t>(B * row_size), 0.0f);
   std::vector<float> instance_rows(static_cast<size_t>(num_instances * row_size));
   int64_t offset = 0;

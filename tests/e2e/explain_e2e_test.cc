@@ -161,6 +161,16 @@ TEST_F(ExplainE2ETest, TheEvaluationBudgetFlagRefusesLargerRequests) {
   EXPECT_THAT(over.body, HasSubstr("1064 model evaluations"));
   EXPECT_THAT(over.body, HasSubstr("budget of 1000"));
   EXPECT_EQ(Explain("penguin_tabular", six).status, 200);
+  // Baselines multiply the cost: 600 baselines of one feature need 1200 evaluations, refused
+  // before their rows are built.
+  std::string baselines;
+  for (int b = 0; b < 600; ++b) baselines += std::string(b ? ", " : "") + "[1.0]";
+  HttpReply many =
+      Explain("half_plus_two", R"({"instances": [[1.0]], "explanationSpecOverride": {"metadata": )"
+                               R"({"inputs": {"x": {"inputBaselines": [)" +
+                                   baselines + "]}}}}}");
+  EXPECT_EQ(many.status, 400) << many.body;
+  EXPECT_THAT(many.body, HasSubstr("600 baselines"));
 }
 
 TEST_F(ExplainE2ETest, CountedAndTimedLikePredict) {
