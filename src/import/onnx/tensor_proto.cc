@@ -5,10 +5,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "import/onnx/onnx_internal.h"
 #include "kiln/core/status.h"
 #include "kiln/import/onnx.h"
 #include "kiln/ir/onnx_types.h"
-#include "import/onnx/onnx_internal.h"
 
 namespace kiln::import::onnx_internal {
 namespace {
@@ -27,9 +27,9 @@ template <typename Dst, typename Field>
 absl::Status CopyTyped(const Field& field, int64_t count, Tensor& out, const TensorProto& proto,
                        const char* field_name) {
   if (static_cast<int64_t>(field.size()) != count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TensorLabel(proto), ": shape has ", count, " elements but ", field_name, " holds ",
-        field.size()));
+    return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": shape has ", count,
+                                                   " elements but ", field_name, " holds ",
+                                                   field.size()));
   }
   Dst* dst = out.data<Dst>();
   for (int64_t i = 0; i < count; ++i) {
@@ -44,8 +44,14 @@ absl::Status CopyTyped(const Field& field, int64_t count, Tensor& out, const Ten
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadExternalData(const TensorProto& proto, const std::string& dir,
-                                             int64_t expected_bytes) {
+// Where a tensor's external bytes lie, checked against the file before anything is allocated.
+struct ExternalData {
+  std::string path;
+  int64_t offset = 0;
+};
+
+absl::StatusOr<ExternalData> LocateExternalData(const TensorProto& proto, const std::string& dir,
+                                                int64_t expected_bytes) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
@@ -69,25 +75,25 @@ absl::StatusOr<std::string> ReadExternalData(const TensorProto& proto, const std
         absl::StrCat(TensorLabel(proto), ": external data without a 'location' entry"));
   }
   if (dir.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TensorLabel(proto), ": data is in external file '", location,
-        "' but the model was given as bytes without a directory to resolve it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(TensorLabel(proto), ": data is in external file '", location,
+                     "' but the model was given as bytes without a directory to resolve it"));
   }
   if (location[0] == '/' || location.find("..") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TensorLabel(proto), ": external data location '", location,
-        "' must be a path inside the model's directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(TensorLabel(proto), ": external data location '", location,
+                     "' must be a path inside the model's directory"));
   }
   if (length >= 0 && length != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": external data length ",
-                                                   length, " but the shape needs ",
-                                                   expected_bytes, " bytes"));
+                                                   length, " but the shape needs ", expected_bytes,
+                                                   " bytes"));
   }
   const std::string path = absl::StrCat(dir, "/", location);
   std::ifstream file(path, std::ios::binary);
   if (!file) {
-    return absl::NotFoundError(absl::StrCat(TensorLabel(proto), ": cannot open external data file ",
-                                            path));
+    return absl::NotFoundError(
+        absl::StrCat(TensorLabel(proto), ": cannot open external data file ", path));
   }
   file.seekg(0, std::ios::end);
   const int64_t file_size = static_cast<int64_t>(file.tellg());
@@ -96,26 +102,38 @@ absl::StatusOr<std::string> ReadExternalData(const TensorProto& proto, const std
         TensorLabel(proto), ": external data file ", path, " has ", file_size,
         " bytes; the tensor needs bytes [", offset, ", ", offset + expected_bytes, ")"));
   }
-  std::string data(static_cast<size_t>(expected_bytes), '\0');
-  file.seekg(offset);
-  file.read(data.data(), expected_bytes);
+  return ExternalData{path, offset};
+}
+
+absl::Status ReadExternalData(const TensorProto& proto, const ExternalData& where, int64_t bytes,
+                              void* dest) {
+  std::ifstream file(where.path, std::ios::binary);
+  file.seekg(where.offset);
+  file.read(static_cast<char*>(dest), bytes);
   if (!file) {
-    return absl::DataLossError(absl::StrCat(TensorLabel(proto), ": reading ", expected_bytes,
-                                            " bytes at offset ", offset, " of ", path, " failed"));
+    return absl::DataLossError(absl::StrCat(TensorLabel(proto), ": reading ", bytes,
+                                            " bytes at offset ", where.offset, " of ", where.path,
+                                            " failed"));
   }
-  return data;
+  return absl::OkStatus();
 }
 
 // Values held by the typed field that `dtype` uses.
 int64_t TypedFieldSize(const TensorProto& proto, DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return proto.float_data_size();
-    case DType::kFloat64: return proto.double_data_size();
-    case DType::kInt64: return proto.int64_data_size();
+    case DType::kFloat32:
+      return proto.float_data_size();
+    case DType::kFloat64:
+      return proto.double_data_size();
+    case DType::kInt64:
+      return proto.int64_data_size();
     case DType::kUInt32:
-    case DType::kUInt64: return proto.uint64_data_size();
-    case DType::kString: return proto.string_data_size();
-    default: return proto.int32_data_size();
+    case DType::kUInt64:
+      return proto.uint64_data_size();
+    case DType::kString:
+      return proto.string_data_size();
+    default:
+      return proto.int32_data_size();
   }
 }
 
@@ -153,8 +171,7 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
           absl::StrCat(TensorLabel(proto), ": negative dimension ", d));
     }
     if (d != 0 && count > kMaxTensorBytes / d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(TensorLabel(proto), ": shape is too large"));
+      return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": shape is too large"));
     }
     count *= d;
   }
@@ -167,20 +184,25 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
   // what its dims claim.
   const int64_t bytes = count * elem_size;
   if (proto.data_location() != TensorProto::EXTERNAL && *dtype != DType::kString) {
-    const int64_t held = proto.has_raw_data()
-                             ? static_cast<int64_t>(proto.raw_data().size())
-                             : TypedFieldSize(proto, *dtype) * elem_size;
+    const int64_t held = proto.has_raw_data() ? static_cast<int64_t>(proto.raw_data().size())
+                                              : TypedFieldSize(proto, *dtype) * elem_size;
     if (held != bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           TensorLabel(proto), ": ", proto.has_raw_data() ? "raw_data" : "the typed data field",
-          " has ", held, " bytes but shape ", Shape(dims).ToString(), " of ",
-          DTypeName(*dtype), " needs ", bytes));
+          " has ", held, " bytes but shape ", Shape(dims).ToString(), " of ", DTypeName(*dtype),
+          " needs ", bytes));
     }
   }
   if (*dtype == DType::kString && proto.string_data_size() != count) {
     return absl::InvalidArgumentError(absl::StrCat(TensorLabel(proto), ": shape has ", count,
                                                    " elements but string_data holds ",
                                                    proto.string_data_size()));
+  }
+  // External data is located (and the file's size checked) before allocating, for the same
+  // reason: a model without its data file must not make us allocate what its dims claim.
+  ExternalData external;
+  if (proto.data_location() == TensorProto::EXTERNAL && *dtype != DType::kString) {
+    KILN_ASSIGN_OR_RETURN(external, LocateExternalData(proto, external_data_dir, bytes));
   }
   Tensor out(*dtype, Shape(dims));
   if (*dtype == DType::kString) {
@@ -197,8 +219,7 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
     return out;
   }
   if (proto.data_location() == TensorProto::EXTERNAL) {
-    KILN_ASSIGN_OR_RETURN(std::string data, ReadExternalData(proto, external_data_dir, bytes));
-    if (bytes > 0) std::memcpy(out.raw_data(), data.data(), bytes);
+    if (bytes > 0) KILN_RETURN_IF_ERROR(ReadExternalData(proto, external, bytes, out.raw_data()));
     return out;
   }
   if (proto.has_raw_data()) {
@@ -226,8 +247,7 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
           CopyTyped<double>(proto.double_data(), count, out, proto, "double_data"));
       break;
     case DType::kInt64:
-      KILN_RETURN_IF_ERROR(
-          CopyTyped<int64_t>(proto.int64_data(), count, out, proto, "int64_data"));
+      KILN_RETURN_IF_ERROR(CopyTyped<int64_t>(proto.int64_data(), count, out, proto, "int64_data"));
       break;
     case DType::kUInt32:
       KILN_RETURN_IF_ERROR(
@@ -316,9 +336,8 @@ absl::StatusOr<Tensor> TensorFromSparseProto(const ::onnx::SparseTensorProto& pr
       }
     }
     if (flat < 0 || flat >= dense_count) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": index of value ", i,
-                                                     " is outside shape ",
-                                                     dense.shape().ToString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": index of value ", i, " is outside shape ", dense.shape().ToString()));
     }
     if (values.dtype() == DType::kString) {
       dense.data<std::string>()[flat] = values.data<std::string>()[i];

@@ -1,0 +1,2 @@
+€€€€BWj
+locationw.binp
