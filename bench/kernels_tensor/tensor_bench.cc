@@ -40,8 +40,9 @@ std::unique_ptr<Prepared> Prepare(const std::string& op, std::vector<Tensor> inp
       ids.push_back(ir::kNoValue);
       continue;
     }
-    ids.push_back(constant_inputs.count(i) ? p->graph.AddConstant("c" + std::to_string(i), inputs[i])
-                                          : p->graph.AddValue("x" + std::to_string(i)));
+    ids.push_back(constant_inputs.count(i)
+                      ? p->graph.AddConstant("c" + std::to_string(i), inputs[i])
+                      : p->graph.AddValue("x" + std::to_string(i)));
   }
   const ir::NodeId id = p->graph.AddNode(op, ids, num_outputs, std::move(attrs), "bench");
   const ir::Node& node = p->graph.node(id);
@@ -53,8 +54,8 @@ std::unique_ptr<Prepared> Prepare(const std::string& op, std::vector<Tensor> inp
   p->threads = BenchThreads();
   ctx.intra_op_threads = p->threads;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    ctx.inputs.push_back({inputs[i].dtype(), inputs[i].shape(),
-                          constant_inputs.count(i) ? &inputs[i] : nullptr});
+    ctx.inputs.push_back(
+        {inputs[i].dtype(), inputs[i].shape(), constant_inputs.count(i) ? &inputs[i] : nullptr});
   }
   ctx.SetNumOutputs(num_outputs);
   if (!p->kernel->Prepare(ctx).ok()) std::abort();
@@ -114,8 +115,8 @@ BENCHMARK(BM_Transpose2D);
 
 void BM_TransposeAttentionHeads(benchmark::State& state) {
   // [batch, seq, heads, dim] -> [batch, heads, seq, dim] (BERT's split heads).
-  auto p = Prepare("Transpose", {Filled({8, 128, 4, 64})},
-                   {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  auto p =
+      Prepare("Transpose", {Filled({8, 128, 4, 64})}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
   RunPrepared(state, *p, 8 * 128 * 4 * 64 * 4 * 2);
 }
 BENCHMARK(BM_TransposeAttentionHeads);
@@ -136,10 +137,10 @@ void BM_GatherEmbeddingRows(benchmark::State& state) {
 BENCHMARK(BM_GatherEmbeddingRows);
 
 void BM_ResizeBilinear2x(benchmark::State& state) {
-  auto p = Prepare("Resize",
-                   {Filled({1, 32, 112, 112}), Tensor(),
-                    Tensor::FromVector<float>({1, 1, 2, 2}), Tensor()},
-                   {{"mode", std::string("linear")}}, {2});
+  auto p = Prepare(
+      "Resize",
+      {Filled({1, 32, 112, 112}), Tensor(), Tensor::FromVector<float>({1, 1, 2, 2}), Tensor()},
+      {{"mode", std::string("linear")}}, {2});
   RunPrepared(state, *p, (32 * 112 * 112 + 32 * 224 * 224) * 4);
 }
 BENCHMARK(BM_ResizeBilinear2x);

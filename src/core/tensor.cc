@@ -168,8 +168,8 @@ std::shared_ptr<Buffer> Buffer::Allocate(size_t bytes, bool zero) {
   // different threads: the Buffer object and its data share one allocation, which saves a
   // malloc/free pair per tensor (allocation was a quarter of a parallel map's per-element
   // CPU time).
-  constexpr size_t kHeader = (sizeof(Buffer) + kTensorAlignment - 1) / kTensorAlignment *
-                             kTensorAlignment;
+  constexpr size_t kHeader =
+      (sizeof(Buffer) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded <= 1024) {
     void* block = std::aligned_alloc(kTensorAlignment, kHeader + rounded);
     if (block == nullptr) throw std::bad_alloc();

@@ -15,8 +15,8 @@ namespace {
 
 absl::StatusOr<std::vector<std::string>> FileNames(const Element& filenames, const char* who) {
   if (filenames.size() != 1 || filenames[0].dtype() != DType::kString || filenames[0].rank() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": filenames must be one string scalar or string vector component"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": filenames must be one string scalar or string vector component"));
   }
   const Tensor& t = filenames[0];
   std::vector<std::string> out(t.data<std::string>(), t.data<std::string>() + t.num_elements());
@@ -29,7 +29,9 @@ class FileReaderIterator : public IteratorBase {
  public:
   FileReaderIterator(const IteratorContext& ctx, const char* name, std::vector<std::string> files,
                      OpenFn open, ReadFn read)
-      : IteratorBase(ctx, name, false), files_(std::move(files)), open_(std::move(open)),
+      : IteratorBase(ctx, name, false),
+        files_(std::move(files)),
+        open_(std::move(open)),
         read_(std::move(read)) {}
   absl::Status GetNextInternal(Element* out, bool* end) override {
     while (true) {
@@ -171,7 +173,9 @@ class CsvNode : public DatasetNode {
  public:
   CsvNode(std::vector<std::string> files, formats::Compression c, std::vector<Tensor> defaults,
           formats::CsvOptions options)
-      : files_(std::move(files)), compression_(c), defaults_(std::move(defaults)),
+      : files_(std::move(files)),
+        compression_(c),
+        defaults_(std::move(defaults)),
         options_(std::move(options)) {}
   std::string name() const override { return "Csv"; }
   absl::StatusOr<std::unique_ptr<IteratorBase>> MakeIterator(
@@ -232,7 +236,8 @@ Dataset Dataset::Csv(Element filenames, CsvOptions options) {
   auto c = formats::ParseCompression(options.compression);
   if (!c.ok()) return Dataset(Annotate(c.status(), "Csv"));
   if (options.record_defaults.empty()) {
-    return Dataset(absl::InvalidArgumentError("Csv: record_defaults must name at least one column"));
+    return Dataset(
+        absl::InvalidArgumentError("Csv: record_defaults must name at least one column"));
   }
   formats::CsvOptions parse;
   parse.header = options.header;

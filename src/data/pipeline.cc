@@ -63,8 +63,7 @@ void Cancellation::Unregister(int id) {
 bool MemoryAccountant::TryReserve(int64_t bytes, bool holder_is_empty) {
   int64_t used = used_.load(std::memory_order_relaxed);
   while (true) {
-    if (!holder_is_empty &&
-        used + bytes + headroom_.load(std::memory_order_relaxed) > budget_) {
+    if (!holder_is_empty && used + bytes + headroom_.load(std::memory_order_relaxed) > budget_) {
       return false;
     }
     if (used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) break;
@@ -139,8 +138,8 @@ PipelineStats PipelineState::Stats() const {
     const int64_t sampled = s->sampled_calls.load(std::memory_order_relaxed);
     const int64_t sampled_ns = s->sampled_self_ns.load(std::memory_order_relaxed);
     // Sampled self time scaled to all calls (elements + end/error calls ~ elements).
-    int64_t busy = sampled > 0 ? static_cast<int64_t>(static_cast<double>(sampled_ns) /
-                                                      sampled * std::max(out.elements, sampled))
+    int64_t busy = sampled > 0 ? static_cast<int64_t>(static_cast<double>(sampled_ns) / sampled *
+                                                      std::max(out.elements, sampled))
                                : 0;
     busy += s->async_busy_ns.load(std::memory_order_relaxed);
     out.busy_ns = busy;
@@ -168,12 +167,11 @@ std::string PipelineStats::ToString() const {
   std::string out = absl::StrFormat("%-44s %10s %12s %12s %5s %9s %8s\n", "stage", "elements",
                                     "busy ms", "wait ms", "par", "buffer", "fill");
   for (const StageStats& s : stages) {
-    absl::StrAppendFormat(&out, "%-44s %10d %12.2f %12.2f %5d %9d %7.0f%%%s\n", s.name,
-                          s.elements, s.busy_ns / 1e6, s.wait_ns / 1e6, s.parallelism,
-                          s.buffer_capacity, s.average_buffer_fill * 100,
-                          s.errors_ignored > 0 ? absl::StrCat(" (", s.errors_ignored,
-                                                              " errors ignored)")
-                                               : std::string());
+    absl::StrAppendFormat(
+        &out, "%-44s %10d %12.2f %12.2f %5d %9d %7.0f%%%s\n", s.name, s.elements, s.busy_ns / 1e6,
+        s.wait_ns / 1e6, s.parallelism, s.buffer_capacity, s.average_buffer_fill * 100,
+        s.errors_ignored > 0 ? absl::StrCat(" (", s.errors_ignored, " errors ignored)")
+                             : std::string());
   }
   absl::StrAppendFormat(&out, "wall %.2f ms, consumer waited %.2f ms, bottleneck: %s\n",
                         wall_ns / 1e6, consumer_wait_ns / 1e6, bottleneck);
@@ -299,16 +297,16 @@ absl::StatusOr<Element> StackElements(std::vector<Element>& elements, size_t cou
       }
       const Tensor& ti = elements[i][c];
       if (ti.dtype() != t0.dtype()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Cannot batch tensors with different dtypes in component ", c,
-            ". First element had dtype ", DTypeName(t0.dtype()), " and element ", i,
-            " had dtype ", DTypeName(ti.dtype())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Cannot batch tensors with different dtypes in component ", c,
+                         ". First element had dtype ", DTypeName(t0.dtype()), " and element ", i,
+                         " had dtype ", DTypeName(ti.dtype())));
       }
       if (ti.shape() != t0.shape()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Cannot batch tensors with different shapes in component ", c,
-            ". First element had shape ", t0.shape().ToString(), " and element ", i,
-            " had shape ", ti.shape().ToString(), "."));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Cannot batch tensors with different shapes in component ", c,
+                         ". First element had shape ", t0.shape().ToString(), " and element ", i,
+                         " had shape ", ti.shape().ToString(), "."));
       }
     }
     Shape shape = t0.shape();

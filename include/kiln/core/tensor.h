@@ -37,7 +37,7 @@ class Shape {
   absl::Span<const int64_t> dims() const { return dims_; }
   std::vector<int64_t> ToVector() const { return {dims_.begin(), dims_.end()}; }
   int64_t num_elements() const;  // product of dims; 1 for a scalar
-  std::string ToString() const;   // "[2, 3]"; "[]" for a scalar
+  std::string ToString() const;  // "[2, 3]"; "[]" for a scalar
   bool operator==(const Shape& other) const { return dims_ == other.dims_; }
   bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
   template <typename H>

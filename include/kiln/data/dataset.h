@@ -73,7 +73,7 @@ struct Options {
   bool map_and_batch_fusion = true;
 };
 
-class DatasetNode;  // internal
+class DatasetNode;   // internal
 class IteratorImpl;  // internal
 
 // Pulls elements from a pipeline. Not thread-safe: one consumer thread at a time. Destroying
@@ -190,8 +190,7 @@ class Dataset {
   // padded_shapes: one per component (dimension -1: the largest in the batch); empty: pad
   // every dimension to the largest. padding_values: scalars per component (default 0/"").
   Dataset PaddedBatch(int64_t batch_size, std::vector<Shape> padded_shapes = {},
-                      std::vector<Tensor> padding_values = {},
-                      bool drop_remainder = false) const;
+                      std::vector<Tensor> padding_values = {}, bool drop_remainder = false) const;
   Dataset Unbatch() const;
   // seed: reproducible order (with reshuffle_each_iteration, each epoch of one seed is a
   // reproducible but different order); no seed: nondeterministic.

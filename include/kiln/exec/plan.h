@@ -56,16 +56,16 @@ struct CompileOptions {
 };
 
 struct PlanStats {
-  int steps = 0;                 // kernels run per execution
-  int folded_nodes = 0;          // nodes evaluated at compile time
-  int pruned_nodes = 0;          // nodes no output needs
+  int steps = 0;                   // kernels run per execution
+  int folded_nodes = 0;            // nodes evaluated at compile time
+  int pruned_nodes = 0;            // nodes no output needs
   int runtime_prepared_steps = 0;  // steps after data-dependent shapes
   int in_place_outputs = 0;
-  int parallel_levels = 0;       // groups of independent steps (when inter_op_threads > 1)
-  size_t arena_bytes = 0;        // planned peak of intermediate values (incl. scratch)
-  size_t planned_bytes = 0;      // arena, graph outputs and persistent values of one run
-  int empty_steps = 0;           // steps whose outputs are all empty: never computed
-  size_t unshared_bytes = 0;     // the same without buffer reuse
+  int parallel_levels = 0;    // groups of independent steps (when inter_op_threads > 1)
+  size_t arena_bytes = 0;     // planned peak of intermediate values (incl. scratch)
+  size_t planned_bytes = 0;   // arena, graph outputs and persistent values of one run
+  int empty_steps = 0;        // steps whose outputs are all empty: never computed
+  size_t unshared_bytes = 0;  // the same without buffer reuse
   int64_t compile_ns = 0;
   // Activation reorders kernels run per execution (a value whose layout is not the one its
   // primitive reads or writes); the conv layout pass keeps this near 0 on CNNs.
@@ -136,7 +136,7 @@ class CompiledPlan : public std::enable_shared_from_this<CompiledPlan> {
   };
   std::vector<InPlaceRequest> in_place_requests_;
   std::vector<ir::ValueId> per_run_values_;  // inputs, outputs, dynamic: rebound every run
-  std::vector<int> level_begin_;   // step index where each parallel level begins (+ end)
+  std::vector<int> level_begin_;             // step index where each parallel level begins (+ end)
   int total_step_inputs_ = 0;
   int total_step_outputs_ = 0;
   size_t arena_bytes_ = 0;

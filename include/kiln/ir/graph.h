@@ -45,9 +45,9 @@ struct TensorType {
   static TensorType Of(DType dtype, const std::vector<int64_t>& dims);
   static TensorType UnknownRank(DType dtype) { return TensorType{dtype, false, {}}; }
   int rank() const { return static_cast<int>(dims.size()); }
-  bool fully_known() const;             // rank and every dim known
-  std::optional<Shape> shape() const;   // when fully_known()
-  std::string ToString() const;         // "float[batch, 3, 224, 224]", "float[?]" (any rank)
+  bool fully_known() const;            // rank and every dim known
+  std::optional<Shape> shape() const;  // when fully_known()
+  std::string ToString() const;        // "float[batch, 3, 224, 224]", "float[?]" (any rank)
 };
 
 using ValueId = int32_t;
@@ -84,9 +84,9 @@ struct Value {
 };
 
 struct Node {
-  std::string op;      // "Conv", "MatMul", ...
-  std::string domain;  // "" for ONNX's default domain, "kiln" for Kiln's own operators
-  std::string name;    // from the source model, for error messages
+  std::string op;                // "Conv", "MatMul", ...
+  std::string domain;            // "" for ONNX's default domain, "kiln" for Kiln's own operators
+  std::string name;              // from the source model, for error messages
   std::vector<ValueId> inputs;   // kNoValue marks an omitted optional input
   std::vector<ValueId> outputs;  // kNoValue marks an unused optional output
   std::map<std::string, Attribute> attrs;

@@ -51,7 +51,7 @@ struct PrepareContext {
   // -1, or the index of an input whose memory the output may share (elementwise ops that can
   // run in place). The planner decides whether it actually does.
   std::vector<int> output_in_place_of;
-  size_t scratch_bytes = 0;  // per-run scratch, 64-byte aligned
+  size_t scratch_bytes = 0;     // per-run scratch, 64-byte aligned
   int activation_reorders = 0;  // layout reorders Compute runs per call (for `kiln inspect`)
   // Set by the plan before Prepare, one per node output: the layout the kernel must write
   // (ir::MemoryLayout; not reset by SetNumOutputs).
@@ -196,10 +196,10 @@ void ForEachKernelSlot(Fn&& fn) {
   }                                                                                         \
   static_assert(true)
 // For a kernel class constructible from `const ir::Node&`.
-#define KILN_REGISTER_KERNEL_CLASS(domain, op, Class)                                     \
-  KILN_REGISTER_KERNEL(domain, op,                                                         \
-                       [](const ::kiln::ir::Node& node)                                    \
-                           -> absl::StatusOr<std::unique_ptr<::kiln::kernels::OpKernel>> { \
+#define KILN_REGISTER_KERNEL_CLASS(domain, op, Class)                                        \
+  KILN_REGISTER_KERNEL(domain, op,                                                           \
+                       [](const ::kiln::ir::Node& node)                                      \
+                           -> absl::StatusOr<std::unique_ptr<::kiln::kernels::OpKernel>> {   \
                          return std::unique_ptr<::kiln::kernels::OpKernel>(new Class(node)); \
                        })
 #define KILN_KERNEL_FILE(name)                                                            \

@@ -44,10 +44,10 @@ namespace kiln::kernels::testing {
 
 struct KernelTestOptions {
   int num_outputs = 1;
-  std::string domain;                // "" for ONNX ops, "kiln" for Kiln's own
-  std::set<int> constant_inputs;     // inputs Prepare sees as compile-time constants
-  int intra_op_threads = 1;          // > 1 runs Compute's loops on an OpenMP team that large
-  bool check_repeatable = true;      // false for random ops
+  std::string domain;             // "" for ONNX ops, "kiln" for Kiln's own
+  std::set<int> constant_inputs;  // inputs Prepare sees as compile-time constants
+  int intra_op_threads = 1;       // > 1 runs Compute's loops on an OpenMP team that large
+  bool check_repeatable = true;   // false for random ops
   bool check_in_place = true;
   // After a successful run, run again with batch 0 (see internal::BatchZero): the kernel may
   // refuse it in Prepare, but must not crash, and Compute must keep the executor's contract.
@@ -72,12 +72,10 @@ inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
   for (size_t i = 0; i < n; ++i) {
     if (p.output_dynamic[i]) continue;
     const int src = p.output_in_place_of[i];
-    if (in_place && src >= 0 && src < static_cast<int>(inputs.size()) &&
-        inputs[src].valid() && p.output_dtypes[i] != DType::kString &&
-        inputs[src].dtype() != DType::kString &&
-        inputs[src].byte_size() ==
-            static_cast<size_t>(p.output_shapes[i].num_elements()) *
-                DTypeSize(p.output_dtypes[i])) {
+    if (in_place && src >= 0 && src < static_cast<int>(inputs.size()) && inputs[src].valid() &&
+        p.output_dtypes[i] != DType::kString && inputs[src].dtype() != DType::kString &&
+        inputs[src].byte_size() == static_cast<size_t>(p.output_shapes[i].num_elements()) *
+                                       DTypeSize(p.output_dtypes[i])) {
       outputs[i] = Tensor(p.output_dtypes[i], p.output_shapes[i], inputs[src].buffer(),
                           inputs[src].byte_offset());
     } else {
@@ -143,10 +141,9 @@ inline std::vector<Tensor> BatchZero(const std::vector<Tensor>& inputs,
 
 }  // namespace internal
 
-inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
-                                                     const std::vector<Tensor>& inputs,
-                                                     std::map<std::string, ir::Attribute> attrs = {},
-                                                     const KernelTestOptions& options = {}) {
+inline absl::StatusOr<std::vector<Tensor>> RunKernel(
+    const std::string& op, const std::vector<Tensor>& inputs,
+    std::map<std::string, ir::Attribute> attrs = {}, const KernelTestOptions& options = {}) {
   std::map<std::string, ir::Attribute> attrs_for_batch_zero;
   if (options.check_batch_zero) attrs_for_batch_zero = attrs;
   auto pk = std::make_unique<internal::PreparedKernel>();
@@ -157,9 +154,9 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
     } else if (options.constant_inputs.count(static_cast<int>(i)) > 0) {
       input_ids.push_back(pk->graph.AddConstant(absl::StrCat("input", i), inputs[i]));
     } else {
-      const ir::ValueId v = pk->graph.AddValue(
-          absl::StrCat("input", i),
-          ir::TensorType::Of(inputs[i].dtype(), inputs[i].shape().ToVector()));
+      const ir::ValueId v =
+          pk->graph.AddValue(absl::StrCat("input", i),
+                             ir::TensorType::Of(inputs[i].dtype(), inputs[i].shape().ToVector()));
       pk->graph.inputs.push_back(v);
       input_ids.push_back(v);
     }
@@ -228,9 +225,9 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(const std::string& op,
     if (!in_place.ok()) return in_place.status();
     for (size_t i = 0; i < n; ++i) {
       if (!TensorsEqual((*first)[i], (*in_place)[i])) {
-        return absl::InternalError(absl::StrCat(
-            node.Describe(), ": output ", i,
-            " differs when computed in place of input ", prepare.output_in_place_of[i]));
+        return absl::InternalError(absl::StrCat(node.Describe(), ": output ", i,
+                                                " differs when computed in place of input ",
+                                                prepare.output_in_place_of[i]));
       }
     }
   }
