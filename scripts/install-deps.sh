@@ -13,6 +13,9 @@ BUILD_PACKAGES=(
   # core libraries (see ../shared/DESIGN.md "Dependencies")
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libdnnl-dev libboost-dev libsimdjson-dev
+  # fp32 GEMM on AVX2 (src/kernels/cpu/gemm_backend.h): OpenBLAS's OpenMP build, which shares
+  # oneDNN's OpenMP threads
+  libopenblas-openmp-dev
   libjpeg62-turbo-dev libpng-dev zlib1g-dev
   # TLS: --ssl_config_file's PEM checks and HTTPS on the REST port (gRPC has its own TLS)
   libssl-dev

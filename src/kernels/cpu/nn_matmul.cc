@@ -9,10 +9,17 @@
 // the product is one 2-D matmul; constant B is reordered once into oneDNN's packed layout.
 // Equal batch dimensions become one 3-D batched matmul. Other broadcasts loop over the batch
 // with sgemm.
+//
+// Backend: the 2-D product with constant B may run on OpenBLAS instead of oneDNN, chosen per
+// shape and ISA at Prepare (gemm_backend.h: oneDNN on AVX-512, the faster of the two on
+// AVX2). OpenBLAS reads the constant weights in place, so no plan packs anything for it.
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gemm_backend.h"
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
@@ -59,8 +66,8 @@ class MatMulKernel : public OpKernel {
     alpha_ = is_gemm() ? node_.GetFloat("alpha", 1.0f) : 1.0f;
     beta_ = is_gemm() ? node_.GetFloat("beta", 1.0f) : 1.0f;
     if (is_gemm() && (a.rank() != 2 || b.rank() != 2)) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": Gemm needs 2-D A and B; got ",
-                                                     a.ToString(), " and ", b.ToString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": Gemm needs 2-D A and B; got ", a.ToString(), " and ", b.ToString()));
     }
     if (a.rank() == 0 || b.rank() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": MatMul of a scalar"));
@@ -74,9 +81,9 @@ class MatMulKernel : public OpKernel {
     const int64_t kb = trans_b_ ? b.dim(b.rank() - 1) : b.dim(b.rank() - 2);
     const int64_t n = trans_b_ ? b.dim(b.rank() - 2) : b.dim(b.rank() - 1);
     if (k != kb) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          node_.Describe(), ": inner dimensions differ: A ", ctx.inputs[0].shape.ToString(), " and B ",
-          ctx.inputs[1].shape.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": inner dimensions differ: A ",
+                       ctx.inputs[0].shape.ToString(), " and B ", ctx.inputs[1].shape.ToString()));
     }
     // Broadcast batch dimensions.
     const int batch_rank = std::max(a.rank(), b.rank()) - 2;
@@ -86,8 +93,8 @@ class MatMulKernel : public OpKernel {
     for (int i = 0; i < batch_rank; ++i) {
       if (a_batch[i] != b_batch[i] && a_batch[i] != 1 && b_batch[i] != 1) {
         return absl::InvalidArgumentError(absl::StrCat(
-            node_.Describe(), ": batch dimensions of A ", ctx.inputs[0].shape.ToString(),
-            " and B ", ctx.inputs[1].shape.ToString(), " do not broadcast"));
+            node_.Describe(), ": batch dimensions of A ", ctx.inputs[0].shape.ToString(), " and B ",
+            ctx.inputs[1].shape.ToString(), " do not broadcast"));
       }
       out_batch[i] = a_batch[i] == 1 ? b_batch[i] : a_batch[i];  // 1 broadcasts, 0 stays 0
     }
@@ -112,20 +119,22 @@ class MatMulKernel : public OpKernel {
     residual_index_ = has_residual ? static_cast<int>(ctx.inputs.size()) - 1 : -1;
     if (ctx.inputs.size() > 2 && ctx.inputs[2].present() && residual_index_ != 2) {
       const Shape& c = ctx.inputs[2].shape;
-      const bool row_vector = (c.rank() == 1 && c.dim(0) == n) || (c.rank() == 2 && c.dim(0) == 1 && c.dim(1) == n);
+      const bool row_vector =
+          (c.rank() == 1 && c.dim(0) == n) || (c.rank() == 2 && c.dim(0) == 1 && c.dim(1) == n);
       if (row_vector && beta_ == 1.0f && alpha_ == 1.0f) {
         bias_index_ = 2;
       } else if (is_gemm()) {
         c_index_ = 2;  // general C: dst is pre-filled with beta * broadcast(C)
         c_shape_ = c;
-        if (c.rank() > 2 || (c.rank() >= 1 && c.dim(c.rank() - 1) != n && c.dim(c.rank() - 1) != 1) ||
+        if (c.rank() > 2 ||
+            (c.rank() >= 1 && c.dim(c.rank() - 1) != n && c.dim(c.rank() - 1) != 1) ||
             (c.rank() == 2 && c.dim(0) != m && c.dim(0) != 1)) {
-          return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": C ", c.ToString(),
-                                                         " does not broadcast to [", m, ", ", n, "]"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              node_.Describe(), ": C ", c.ToString(), " does not broadcast to [", m, ", ", n, "]"));
         }
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": bias must be [", n,
-                                                       "]; got ", c.ToString()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": bias must be [", n, "]; got ", c.ToString()));
       }
     }
     if (residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out) {
@@ -180,8 +189,8 @@ class MatMulKernel : public OpKernel {
       use_loop_ = true;
     }
     if (use_loop_ && (c_index_ >= 0 || !post_ops_.empty() || bias_index_ >= 0)) {
-      return absl::UnimplementedError(absl::StrCat(
-          node_.Describe(), ": fused post-ops with broadcast batch dimensions"));
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Describe(), ": fused post-ops with broadcast batch dimensions"));
     }
     a_batch_ = a_batch;
     b_batch_ = b_batch;
@@ -194,7 +203,8 @@ class MatMulKernel : public OpKernel {
                              batched_ ? memory::format_tag::abc : memory::format_tag::ab);
       const bool b_constant = ctx.inputs[1].constant != nullptr;
       const memory::desc b_any =
-          b_constant ? memory::desc(b_dims, memory::data_type::f32, memory::format_tag::any) : user_b_desc_;
+          b_constant ? memory::desc(b_dims, memory::data_type::f32, memory::format_tag::any)
+                     : user_b_desc_;
       bias_desc_ = memory::desc();
       if (bias_index_ >= 0) {
         bias_desc_ = batched_
@@ -216,8 +226,81 @@ class MatMulKernel : public OpKernel {
         b_desc_ = user_b_desc_;
       }
       primitive_ = dnnl::matmul(pd);
+      backend_ = GemmBackend::kOneDnn;
+      // OpenBLAS computes bias, Gemm's C and activations as the unfused ops would; a fused
+      // residual may share the output's memory (in place), which sgemm would overwrite first.
+      if (b_constant && !batched_ && residual_index_ < 0) {
+        KILN_RETURN_IF_ERROR(ChooseBackend(ctx, m, scratch_bytes));
+      }
     }
     ctx.scratch_bytes = scratch_bytes;
+    return absl::OkStatus();
+  }
+
+  absl::Status ChooseBackend(PrepareContext& ctx, int64_t m, size_t scratch_bytes) {
+    gemm_.rows = rows_;
+    gemm_.n = n_;
+    gemm_.k = k_;
+    gemm_.trans_a = trans_a_;
+    gemm_.trans_b = trans_b_;
+    gemm_.lda = trans_a_ ? m : k_;
+    gemm_.ldb = trans_b_ ? k_ : n_;
+    gemm_.alpha = alpha_;
+    gemm_.accumulate = c_index_ >= 0;
+    const void* b_data = ctx.inputs[1].constant->raw_data();
+    // What Compute would run on oneDNN, for the timing: zeros for the bias (its values do not
+    // change the speed); Gemm's C and the epilogue cost both backends the same and are left out.
+    std::vector<float> bias(static_cast<size_t>(bias_index_ >= 0 ? n_ : 0), 0.0f);
+    std::vector<char> scratch(scratch_bytes + 64);
+    void* scratch_aligned =
+        scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64);
+    auto run_onednn = [&](const float* a, float* c) {
+      auto& stream = ThreadStream();
+      const RawMemory a_mem(user_a_desc_, a);
+      const RawMemory b_mem(b_desc_, b_data);
+      const RawMemory c_mem(c_desc_, c);
+      const RawMemory scratch_mem(scratch_desc_, scratch_aligned);
+      const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
+      if (bias_index_ >= 0) {
+        const RawMemory bias_mem(bias_desc_, bias.data());
+        ExecutePrimitive(primitive_, stream,
+                         {{DNNL_ARG_SRC, a_mem.get()},
+                          {DNNL_ARG_WEIGHTS, weights},
+                          {DNNL_ARG_BIAS, bias_mem.get()},
+                          {DNNL_ARG_DST, c_mem.get()},
+                          {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+      } else {
+        ExecutePrimitive(primitive_, stream,
+                         {{DNNL_ARG_SRC, a_mem.get()},
+                          {DNNL_ARG_WEIGHTS, weights},
+                          {DNNL_ARG_DST, c_mem.get()},
+                          {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+      }
+      stream.wait();
+    };
+    KILN_ASSIGN_OR_RETURN(
+        GemmChoice choice,
+        ChooseGemmBackend(ctx.packed_constants, gemm_, static_cast<const float*>(b_data),
+                          ctx.intra_op_threads, packed_b_ != nullptr, run_onednn));
+    backend_ = choice.backend;
+    return absl::OkStatus();
+  }
+
+  // The product on OpenBLAS, then what oneDNN would have fused, in the unfused ops' order:
+  // bias (or Gemm's beta * C, written first and accumulated into), then the activations.
+  absl::Status OpenBlasCompute(ComputeContext& ctx) const {
+    Tensor& y = ctx.outputs[0];
+    float* yv = y.data<float>();
+    if (c_index_ >= 0) FillC(ctx.inputs[c_index_], yv);
+    OpenBlasGemm(gemm_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(), yv);
+    if (bias_index_ >= 0) {
+      const float* bias = ctx.inputs[bias_index_].data<float>();
+      for (int64_t r = 0; r < rows_; ++r) {
+        float* row = yv + r * n_;
+        for (int64_t j = 0; j < n_; ++j) row[j] += bias[j];
+      }
+    }
+    ApplyEpilogue(post_ops_, yv, y.num_elements(), ctx);
     return absl::OkStatus();
   }
 
@@ -271,6 +354,7 @@ class MatMulKernel : public OpKernel {
     if (y.num_elements() == 0) return absl::OkStatus();
     if (empty_product_) return ComputeEmptyProduct(ctx);
     if (use_loop_) return LoopCompute(a, b, y);
+    if (backend_ == GemmBackend::kOpenBlas) return OpenBlasCompute(ctx);
     auto& stream = ThreadStream();
     if (c_index_ >= 0) FillC(ctx.inputs[c_index_], y.data<float>());
     if (residual_index_ >= 0) {
@@ -318,10 +402,9 @@ class MatMulKernel : public OpKernel {
         a_off = a_off * a_batch_[i] + (a_batch_[i] == 1 ? 0 : index[i]);
         b_off = b_off * b_batch_[i] + (b_batch_[i] == 1 ? 0 : index[i]);
       }
-      const dnnl_status_t st = dnnl_sgemm(trans_a_ ? 'T' : 'N', trans_b_ ? 'T' : 'N', m_, n_, k_,
-                                          alpha_, av + a_off * m_ * k_, trans_a_ ? m_ : k_,
-                                          bv + b_off * k_ * n_, trans_b_ ? k_ : n_, 0.0f,
-                                          yv + t * m_ * n_, n_);
+      const dnnl_status_t st = dnnl_sgemm(
+          trans_a_ ? 'T' : 'N', trans_b_ ? 'T' : 'N', m_, n_, k_, alpha_, av + a_off * m_ * k_,
+          trans_a_ ? m_ : k_, bv + b_off * k_ * n_, trans_b_ ? k_ : n_, 0.0f, yv + t * m_ * n_, n_);
       if (st != dnnl_success) {
         return absl::InternalError(absl::StrCat(node_.Describe(), ": sgemm failed (", st, ")"));
       }
@@ -348,6 +431,8 @@ class MatMulKernel : public OpKernel {
   memory::desc user_a_desc_, user_b_desc_, b_desc_, c_desc_, scratch_desc_;
   memory::desc bias_desc_;
   std::shared_ptr<const dnnl::memory> packed_b_;  // shared by the model's plans
+  GemmBackend backend_ = GemmBackend::kOneDnn;
+  GemmShape gemm_;  // the product as OpenBLAS runs it (backend_ == kOpenBlas)
   dnnl::matmul primitive_;
 };
 

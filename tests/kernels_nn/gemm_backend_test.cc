@@ -1,0 +1,244 @@
+// MatMul / Gemm / FusedGemm with constant weights on each fp32 GEMM backend (gemm_backend.h):
+// oneDNN and OpenBLAS, forced with KILN_GEMM_BACKEND, against a double-precision reference
+// written from the ONNX definitions; batch 1 (OpenBLAS's sgemv) and 32, transposed inputs,
+// Gemm's alpha, beta and C, NaN and infinities. CMake runs this file twice: at the CPU's own
+// ISA and capped to AVX2 (KILN_MAX_ISA=avx2, OPENBLAS_CORETYPE=Haswell), so both ISAs' code
+// runs on an AVX-512 machine; AVX-512-only expectations skip on an AVX2 machine.
+#include "kernels/cpu/gemm_backend.h"
+
+#include <cblas.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/core/cpu_isa.h"
+#include "kiln/kernels/testing.h"
+
+namespace kiln::kernels {
+namespace {
+
+using nn::GemmBackend;
+using testing::RunKernel;
+
+Tensor Random(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Tensor t(DType::kFloat32, shape);
+  for (float& v : t.span<float>()) v = dist(rng);
+  return t;
+}
+
+// Sets KILN_GEMM_BACKEND for one scope (the kernels read it at Prepare).
+class ScopedBackend {
+ public:
+  explicit ScopedBackend(const std::string& name) { setenv("KILN_GEMM_BACKEND", name.c_str(), 1); }
+  ~ScopedBackend() { unsetenv("KILN_GEMM_BACKEND"); }
+};
+
+// y = alpha * op(A) op(B) + beta * broadcast(C), in double; A and B are 2-D.
+std::vector<double> Reference(const Tensor& a, const Tensor& b, bool ta, bool tb, float alpha,
+                              const Tensor* c, float beta) {
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t n = tb ? b.dim(0) : b.dim(1);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = a.data<float>()[ta ? p * m + i : i * k + p];
+        const double bv = b.data<float>()[tb ? j * k + p : p * n + j];
+        acc += av * bv;
+      }
+      double v = alpha * acc;
+      if (c != nullptr) {
+        const Shape& cs = c->shape();
+        const int64_t rows = cs.rank() == 2 ? cs.dim(0) : 1;
+        const int64_t cols = cs.rank() >= 1 ? cs.dim(cs.rank() - 1) : 1;
+        v += beta * c->data<float>()[(rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j)];
+      }
+      y[static_cast<size_t>(i * n + j)] = v;
+    }
+  }
+  return y;
+}
+
+// fp32 GEMM tolerance: relative to the magnitude of the sum (inputs are in [-1, 1]).
+void ExpectNear(const Tensor& actual, const std::vector<double>& expected, int64_t k) {
+  ASSERT_EQ(actual.num_elements(), static_cast<int64_t>(expected.size()));
+  const double tol = 1e-6 * static_cast<double>(k) + 1e-5;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double e = expected[i], v = actual.data<float>()[i];
+    if (std::isnan(e)) {
+      ASSERT_TRUE(std::isnan(v)) << "element " << i << " is " << v << ", expected NaN";
+    } else if (std::isinf(e)) {
+      ASSERT_EQ(v, e) << "element " << i;
+    } else {
+      ASSERT_NEAR(v, e, tol * (1 + std::fabs(e))) << "element " << i;
+    }
+  }
+}
+
+class GemmBackendTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmBackendTest, MatMulBatch1And32) {
+  ScopedBackend backend(GetParam());
+  for (int64_t m : {1, 32}) {
+    Tensor a = Random(Shape{m, 256}, 1), b = Random(Shape{256, 192}, 2);
+    auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}, .intra_op_threads = 2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectNear((*out)[0], Reference(a, b, false, false, 1, nullptr, 0), 256);
+  }
+}
+
+TEST_P(GemmBackendTest, MatMulFoldsLeadingDimensionsIntoRows) {
+  ScopedBackend backend(GetParam());
+  Tensor a = Random(Shape{2, 16, 128}, 3), b = Random(Shape{128, 96}, 4);
+  auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}, .intra_op_threads = 2});
+  ASSERT_TRUE(out.ok()) << out.status();
+  Tensor a2(DType::kFloat32, Shape{32, 128});
+  std::copy(a.data<float>(), a.data<float>() + a.num_elements(), a2.data<float>());
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 16, 96}));
+  ExpectNear((*out)[0], Reference(a2, b, false, false, 1, nullptr, 0), 128);
+}
+
+TEST_P(GemmBackendTest, GemmTransposedAlphaBetaAndC) {
+  ScopedBackend backend(GetParam());
+  for (int64_t m : {1, 32}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE(::testing::Message() << "m " << m << " transA " << ta << " transB " << tb);
+        const int64_t k = 200, n = 144;
+        Tensor a = Random(ta ? Shape{k, m} : Shape{m, k}, 5);
+        Tensor b = Random(tb ? Shape{n, k} : Shape{k, n}, 6);
+        for (const Shape& cs : {Shape{m, n}, Shape{n}, Shape{m, 1}}) {
+          Tensor c = Random(cs, 7);
+          auto out = RunKernel(
+              "Gemm", {a, b, c},
+              {{"transA", int64_t{ta}}, {"transB", int64_t{tb}}, {"alpha", 0.5f}, {"beta", 2.0f}},
+              {.constant_inputs = {1}, .intra_op_threads = 2});
+          ASSERT_TRUE(out.ok()) << out.status();
+          ExpectNear((*out)[0], Reference(a, b, ta, tb, 0.5f, &c, 2.0f), k);
+        }
+      }
+    }
+  }
+}
+
+// A row bias with alpha = beta = 1 is the bias path (not a pre-filled C), then a fused Relu.
+TEST_P(GemmBackendTest, FusedGemmBiasThenRelu) {
+  ScopedBackend backend(GetParam());
+  for (int64_t m : {1, 32}) {
+    Tensor a = Random(Shape{m, 160}, 8), b = Random(Shape{160, 128}, 9);
+    Tensor bias = Random(Shape{128}, 10);
+    auto out =
+        RunKernel("FusedGemm", {a, b, bias}, {{"post_ops", std::vector<std::string>{"Relu"}}},
+                  {.domain = "kiln", .constant_inputs = {1, 2}, .intra_op_threads = 2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<double> expected = Reference(a, b, false, false, 1, &bias, 1);
+    for (double& v : expected) v = v > 0 ? v : 0;
+    ExpectNear((*out)[0], expected, 160);
+  }
+}
+
+// NaN and infinities in A reach the output as the unoptimized product computes them: a NaN
+// row stays NaN, inf times a weight of either sign gives +-inf, inf times 0 gives NaN.
+TEST_P(GemmBackendTest, NanAndInfinityPropagate) {
+  ScopedBackend backend(GetParam());
+  for (int64_t m : {1, 32}) {
+    Tensor a = Random(Shape{m, 128}, 11), b = Random(Shape{128, 80}, 12);
+    for (int64_t j = 0; j < 80; ++j) b.data<float>()[5 * 80 + j] = j % 3 == 0 ? 0.0f : 1.0f;
+    a.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+    if (m > 1) a.data<float>()[128 + 5] = std::numeric_limits<float>::infinity();
+    auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}, .intra_op_threads = 2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectNear((*out)[0], Reference(a, b, false, false, 1, nullptr, 0), 128);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GemmBackendTest, ::testing::Values("onednn", "openblas"),
+                         [](const auto& info) { return info.param; });
+
+// KILN_GEMM_BACKEND=openblas reaches OpenBLAS: the kernel's output is bit for bit what
+// cblas_sgemm gives (oneDNN sums in another order), so the tests above did run OpenBLAS.
+TEST(GemmBackendChoice, ForcedOpenBlasRunsOpenBlas) {
+  ScopedBackend backend("openblas");
+  Tensor a = Random(Shape{32, 300}, 13), b = Random(Shape{300, 70}, 14);
+  auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}, .intra_op_threads = 2});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<float> direct(32 * 70);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 32, 70, 300, 1.0f, a.data<float>(), 300,
+              b.data<float>(), 70, 0.0f, direct.data(), 70);
+  for (size_t i = 0; i < direct.size(); ++i) {
+    ASSERT_EQ((*out)[0].data<float>()[i], direct[i]) << "element " << i;
+  }
+}
+
+TEST(GemmBackendChoice, UnknownOverrideIsAnError) {
+  ScopedBackend backend("mkl");
+  Tensor a = Random(Shape{32, 300}, 13), b = Random(Shape{300, 70}, 14);
+  auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("KILN_GEMM_BACKEND=mkl"), std::string::npos)
+      << out.status();
+}
+
+// The linked OpenBLAS is its OpenMP build (one owner of the threads, with oneDNN), and within
+// the ISA cap (the AVX2 run sets OPENBLAS_CORETYPE=Haswell).
+TEST(GemmBackendChoice, OpenBlasIsTheOpenMpBuildWithinTheCap) {
+  std::string why;
+  EXPECT_TRUE(nn::OpenBlasUsable(&why)) << why;
+}
+
+nn::GemmShape Shape32x1024x1024() {
+  nn::GemmShape s;
+  s.rows = 32;
+  s.n = 1024;
+  s.k = 1024;
+  s.lda = 1024;
+  s.ldb = 1024;
+  return s;
+}
+
+TEST(GemmBackendChoice, Avx512KeepsOneDnn) {
+  if (EffectiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "runs at AVX2";
+  std::vector<float> b(1024 * 1024, 0.0f);
+  int onednn_runs = 0;
+  auto choice = nn::ChooseGemmBackend(nullptr, Shape32x1024x1024(), b.data(), 2, false,
+                                      [&](const float*, float*) { ++onednn_runs; });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->backend, GemmBackend::kOneDnn);
+  EXPECT_EQ(onednn_runs, 0);  // not timed
+}
+
+// On AVX2 the two are timed, once per model (cache) and shape: a second plan of the same shape
+// reuses the decision without timing again.
+TEST(GemmBackendChoice, Avx2TimesOncePerModelAndShape) {
+  if (EffectiveCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "runs at AVX-512";
+  std::vector<float> b(1024 * 1024, 0.0f);
+  PackedConstantCache cache;
+  int onednn_runs = 0;
+  auto run = [&](const float*, float*) { ++onednn_runs; };
+  auto first = nn::ChooseGemmBackend(&cache, Shape32x1024x1024(), b.data(), 2, false, run);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE(first->reason.find("timed"), std::string::npos) << first->reason;
+  EXPECT_EQ(onednn_runs, 4);  // one warm run and three timed
+  auto second = nn::ChooseGemmBackend(&cache, Shape32x1024x1024(), b.data(), 2, false, run);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->backend, first->backend);
+  EXPECT_EQ(onednn_runs, 4);
+  // oneDNN's packed layout is its own kernel's: kept without timing.
+  nn::GemmShape other = Shape32x1024x1024();
+  other.rows = 64;
+  auto packed = nn::ChooseGemmBackend(&cache, other, b.data(), 2, true, run);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(packed->backend, GemmBackend::kOneDnn);
+  EXPECT_EQ(onednn_runs, 4);
+}
+
+}  // namespace
+}  // namespace kiln::kernels
