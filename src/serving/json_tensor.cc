@@ -74,9 +74,32 @@ absl::Status Fill(const element& e, const std::vector<int64_t>& shape, size_t de
   return absl::OkStatus();
 }
 
+// InferShape follows first elements only, so a body of a few hundred bytes ([[[0,0,...],0,...]])
+// gives any shape; Fill finds the other lists too short, but only after the tensor is
+// allocated. Every value takes at least one byte of the body: a shape of more elements than
+// the body has bytes cannot be filled and is refused before allocating.
+absl::Status CheckFillable(const std::vector<int64_t>& shape, int64_t body_bytes,
+                           absl::string_view input) {
+  for (int64_t d : shape) {
+    if (d == 0) return absl::OkStatus();  // no values at all
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (n > body_bytes / d) {
+      return Invalid(input, absl::StrCat("its lists nest to shape ", Shape(shape).ToString(),
+                                         ", more values than the ", body_bytes,
+                                         "-byte body holds (ragged lists are not supported)"));
+    }
+    n *= d;
+  }
+  return absl::OkStatus();
+}
+
 // Converts one columnar value (no batch dimension added).
-absl::StatusOr<Tensor> ColumnarTensor(const element& value, DType dtype, absl::string_view input) {
+absl::StatusOr<Tensor> ColumnarTensor(const element& value, DType dtype, absl::string_view input,
+                                      int64_t body_bytes) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> shape, InferShape(value, input));
+  KILN_RETURN_IF_ERROR(CheckFillable(shape, body_bytes, input));
   Tensor tensor(dtype, Shape(shape));
   int64_t index = 0;
   KILN_RETURN_IF_ERROR(Fill(value, shape, 0, dtype, input, tensor.raw_data(), &index));
@@ -85,10 +108,11 @@ absl::StatusOr<Tensor> ColumnarTensor(const element& value, DType dtype, absl::s
 
 // Converts the per-instance values of one input into one batched tensor.
 absl::StatusOr<Tensor> RowTensor(const std::vector<element>& rows, DType dtype,
-                                 absl::string_view input) {
+                                 absl::string_view input, int64_t body_bytes) {
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> row_shape, InferShape(rows[0], input));
   std::vector<int64_t> shape = row_shape;
   shape.insert(shape.begin(), static_cast<int64_t>(rows.size()));
+  KILN_RETURN_IF_ERROR(CheckFillable(shape, body_bytes, input));
   Tensor tensor(dtype, Shape(shape));
   int64_t index = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -113,6 +137,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
   if (doc.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError("Malformed request: the body must be a JSON object");
   }
+  const int64_t body_bytes = static_cast<int64_t>(body.size());
   PredictJsonRequest request;
   element instances, inputs;
   bool has_instances = false, has_inputs = false;
@@ -147,7 +172,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
         const absl::string_view key(field.key.data(), field.key.size());
         if (request.inputs.count(std::string(key))) continue;  // a duplicate: the first counts
         KILN_ASSIGN_OR_RETURN(DType dtype, InputDType(*signature, key));
-        KILN_ASSIGN_OR_RETURN(Tensor tensor, ColumnarTensor(field.value, dtype, key));
+        KILN_ASSIGN_OR_RETURN(Tensor tensor, ColumnarTensor(field.value, dtype, key, body_bytes));
         request.inputs[std::string(key)] = std::move(tensor);
       }
     } else {
@@ -158,7 +183,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
       }
       const std::string& key = signature->input_keys[0];
       KILN_ASSIGN_OR_RETURN(DType dtype, InputDType(*signature, key));
-      KILN_ASSIGN_OR_RETURN(request.inputs[key], ColumnarTensor(inputs, dtype, key));
+      KILN_ASSIGN_OR_RETURN(request.inputs[key], ColumnarTensor(inputs, dtype, key, body_bytes));
     }
     return request;
   }
@@ -201,7 +226,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
     }
     for (const auto& [key, values] : per_input) {
       KILN_ASSIGN_OR_RETURN(DType dtype, InputDType(*signature, key));
-      KILN_ASSIGN_OR_RETURN(request.inputs[key], RowTensor(values, dtype, key));
+      KILN_ASSIGN_OR_RETURN(request.inputs[key], RowTensor(values, dtype, key, body_bytes));
     }
   } else {
     if (signature->input_keys.size() != 1) {
@@ -211,7 +236,7 @@ absl::StatusOr<PredictJsonRequest> ParsePredictRequest(absl::string_view body,
     }
     const std::string& key = signature->input_keys[0];
     KILN_ASSIGN_OR_RETURN(DType dtype, InputDType(*signature, key));
-    KILN_ASSIGN_OR_RETURN(request.inputs[key], RowTensor(row_elements, dtype, key));
+    KILN_ASSIGN_OR_RETURN(request.inputs[key], RowTensor(row_elements, dtype, key, body_bytes));
   }
   return request;
 }
