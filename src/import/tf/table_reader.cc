@@ -1,5 +1,6 @@
 #include "import/tf/table_reader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -28,7 +29,10 @@ absl::StatusOr<std::string> SnappyDecompress(absl::string_view in) {
     return absl::DataLossError("bad uncompressed length");
   }
   std::string out;
-  out.reserve(length);
+  // The declared length is a varint anyone can write; what the input can really expand to is
+  // bounded (a 3-byte copy writes at most 64 bytes), so a corrupt length cannot make us
+  // allocate 4 GiB for a few bytes of block.
+  out.reserve(std::min<uint64_t>(length, uint64_t{in.size()} * 22));
   while (!in.empty()) {
     const uint8_t tag = static_cast<uint8_t>(in[0]);
     in.remove_prefix(1);

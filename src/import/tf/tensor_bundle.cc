@@ -186,16 +186,25 @@ absl::StatusOr<Tensor> BundleReader::Lookup(const std::string& key) const {
     if (d != 0 && n > (int64_t{1} << 40) / d) return fail("shape too large");
     n *= d;
   }
+  // The entry's shape is checked against the bytes it holds before the tensor is allocated: a
+  // corrupt index must not make us allocate what its shape claims.
+  if (*dtype == DType::kString) {
+    // Every element has a varint length (one byte at least), then a 4-byte checksum follows.
+    if (static_cast<uint64_t>(n) > data.size() || data.size() - n < 4) {
+      return fail(absl::StrCat("holds ", data.size(), " bytes, too few for the lengths of ", n,
+                               " strings of shape ", shape->ToString()));
+    }
+  } else if (data.size() != static_cast<size_t>(n) * DTypeSize(*dtype)) {
+    return fail(absl::StrCat("holds ", data.size(), " bytes; ", DTypeName(*dtype),
+                             shape->ToString(), " needs ",
+                             static_cast<size_t>(n) * DTypeSize(*dtype)));
+  }
   Tensor tensor(*dtype, *shape);
   uint32_t crc;
   if (*dtype == DType::kString) {
     KILN_ASSIGN_OR_RETURN(crc, DecodeStrings(data, n, tensor.data<std::string>(), key));
   } else {
     const size_t expected = static_cast<size_t>(n) * DTypeSize(*dtype);
-    if (data.size() != expected) {
-      return fail(absl::StrCat("holds ", data.size(), " bytes; ", DTypeName(*dtype),
-                               shape->ToString(), " needs ", expected));
-    }
     if (expected > 0) std::memcpy(tensor.raw_data(), data.data(), expected);
     crc = crc32c::Value(data.data(), data.size());
   }
