@@ -262,8 +262,8 @@ absl::StatusOr<std::vector<TfValue>*> Converter::ConvertNode(Scope* scope,
   if (scope->in_progress.count(name)) {
     return absl::UnimplementedError(absl::StrCat(
         "cycle through ", DescribeNode(scope, node),
-        ": v1 while loops (Enter/Exit/NextIteration) are not supported; re-export with "
-        "TF2 control flow"));
+        ": a loop that is not a TF1 while loop frame (Enter -> Merge -> LoopCond -> Switch -> "
+        "NextIteration -> Merge, left through Exit)"));
   }
   if (depth_ > 2000) {
     return absl::InvalidArgumentError("graph too deep (more than 2000 nested nodes)");
@@ -317,6 +317,7 @@ absl::StatusOr<std::vector<TfValue>*> Converter::ConvertNode(Scope* scope,
 
 absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const NodeDef& node) {
   const std::string& op = node.op();
+  if (auto loop = ConvertWhileLoopOp(scope, node)) return *std::move(loop);
   if (op == "Merge") return ConvertMerge(scope, node);
   if (op == "Placeholder") {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -39,6 +39,10 @@ bool Converter::DependsOnSwitch(const Body& body, const std::string& start,
                CanonicalRef(node_it->second->input(1)) == pred) {
       result_known = true;
       result = true;
+    } else if (node_it->second->op() == "NextIteration") {
+      // The previous iteration's value (a while loop's back edge): a conditional inside a loop
+      // body does not depend on its own predicate through it.
+      result_known = true;
     }
     if (!result_known) {
       const NodeDef& node = *node_it->second;
@@ -92,7 +96,7 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertMerge(Scope* scope, const
                                                  "are supported"));
   }
   // Which Switch ports does each input descend from?
-  auto switch_ports = [&](const std::string& start) {
+  auto switch_ports = [&](const std::string& start, bool data_only) {
     std::set<std::pair<std::string, int>> ports;
     std::deque<std::string> queue{start};
     std::set<std::string> seen;
@@ -100,6 +104,7 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertMerge(Scope* scope, const
       std::string ref = queue.front();
       queue.pop_front();
       const bool control = absl::StartsWith(ref, "^");
+      if (control && data_only) continue;
       const std::string name = RefNode(ref);
       auto it = body.nodes.find(name);
       if (it == body.nodes.end()) continue;
@@ -108,22 +113,32 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertMerge(Scope* scope, const
         ports.emplace(CanonicalRef(n.input(1)), SplitTopLevelRef(ref).second);
       }
       if (!seen.insert(name).second) continue;
+      // A while loop's back edge brings the previous iteration's values, which come from
+      // both branches of a conditional inside the loop body.
+      if (n.op() == "NextIteration") continue;
       for (const std::string& in : n.input()) queue.push_back(in);
     }
     return ports;
   };
-  auto ports_a = switch_ports(data_inputs[0]);
-  auto ports_b = switch_ports(data_inputs[1]);
+  // TF1's tf.cond switches its data on `pred_id` and ties its constants, by control edges, to
+  // pivots behind a second Switch(pred, pred). Both separate the branches, but only pred_id's
+  // Switches are the ones the branches read; look for it through data edges first, and
+  // through control edges only for branches that read no Switch (constant branches).
   std::string pred;
   int side_of_a = -1;
-  for (const auto& [p, port] : ports_a) {
-    const int other = 1 - port;
-    if (ports_a.count({p, other}) || !ports_b.count({p, other}) || ports_b.count({p, port})) {
-      continue;
+  for (bool data_only : {true, false}) {
+    auto ports_a = switch_ports(data_inputs[0], data_only);
+    auto ports_b = switch_ports(data_inputs[1], data_only);
+    for (const auto& [p, port] : ports_a) {
+      const int other = 1 - port;
+      if (ports_a.count({p, other}) || !ports_b.count({p, other}) || ports_b.count({p, port})) {
+        continue;
+      }
+      pred = p;
+      side_of_a = port;
+      break;
     }
-    pred = p;
-    side_of_a = port;
-    break;
+    if (!pred.empty()) break;
   }
   if (pred.empty()) {
     return absl::UnimplementedError(absl::StrCat(
