@@ -12,6 +12,10 @@ struct OpTraitsEntry {
 };
 
 constexpr OpTraits kRandom{.nondeterministic = true};
+// A variable's value is what the last write left (kiln/ir/variable.h): a read gives another
+// result after a write, and a write changes state, so neither may be evaluated ahead of time,
+// merged with a twin or dropped by folding what reads it.
+constexpr OpTraits kVariableState{.nondeterministic = true};
 
 constexpr OpTraitsEntry kOpTraits[] = {
     {"", "Bernoulli", kRandom},
@@ -23,6 +27,10 @@ constexpr OpTraitsEntry kOpTraits[] = {
     // TensorFlow's RandomUniform (kernels/cpu/tf_random.cc): seeded or not, each run draws
     // the next numbers of the stream.
     {"kiln", "RandomUniform", kRandom},
+    {"kiln", "ReadVariable", kVariableState},
+    {"kiln", "AssignVariable", kVariableState},
+    {"kiln", "AssignAddVariable", kVariableState},
+    {"kiln", "AssignSubVariable", kVariableState},
 };
 
 }  // namespace

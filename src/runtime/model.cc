@@ -18,6 +18,7 @@
 #include "kiln/core/status.h"
 #include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan_cache.h"
+#include "kiln/ir/variable.h"
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
 #include "kiln/runtime/loader.h"
@@ -473,7 +474,19 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
     // broke the graph: report it rather than compile plans from untyped values.
     KILN_RETURN_IF_ERROR(Annotate(ir::InferShapes(*graph),
                                   absl::StrCat("signature '", sg.key, "' after optimization")));
-    if (!options.disable_optimizer && (options.allow_compression || options.mixed_precision_bf16)) {
+    // Compression's accuracy guard runs the signature, and a run of one that writes a mutable
+    // variable (kiln/ir/variable.h) would change the model's state before serving.
+    const bool writes_variables = std::any_of(
+        graph->nodes().begin(), graph->nodes().end(), [](const ir::Node& node) {
+          return !node.removed && node.domain == "kiln" && node.op != "ReadVariable" &&
+                 node.HasAttr(ir::kVariableAttr);
+        });
+    if (writes_variables && (options.allow_compression || options.mixed_precision_bf16)) {
+      rt.compression_report =
+          "  not compressed: the signature writes variables, and compression's accuracy guard "
+          "would run it (changing them) before serving\n";
+    } else if (!options.disable_optimizer &&
+               (options.allow_compression || options.mixed_precision_bf16)) {
       KILN_ASSIGN_OR_RETURN(graph, CompressAtLoad(graph, pass_options, compile, rt, options));
     }
     for (const ir::Node& node : graph->nodes()) {

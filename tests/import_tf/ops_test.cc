@@ -876,32 +876,6 @@ TEST(TfOpsTest, UnsupportedOpBehindControlDependencyIsNamed) {
   }
 }
 
-// A variable update that the result waits for, even through a NoOp group inside a called
-// function, makes the model stateful: refused rather than served with stale constants.
-TEST(TfOpsTest, VariableUpdateBehindControlDependencyIsRefused) {
-  GraphBuilder b;
-  tensorflow::FunctionDef* f = b.AddFunction();
-  f->mutable_signature()->set_name("__inference_step_9");
-  f->mutable_signature()->add_input_arg()->set_name("x");
-  f->mutable_signature()->add_input_arg()->set_name("counter");
-  f->mutable_signature()->add_output_arg()->set_name("y");
-  FunctionNode(f, "one", "Const", {});
-  FunctionNode(f, "increment", "AssignAddVariableOp", {"counter", "one:output:0"});
-  FunctionNode(f, "group", "NoOp", {"^increment"});
-  FunctionNode(f, "out", "Identity", {"x", "^group"});
-  (*f->mutable_ret())["y"] = "out:output:0";
-  b.Placeholder("x", kF);
-  b.Op("VarHandleOp", "counter", {}, {{"dtype", TypeAttr(kF)}});
-  b.Op("StatefulPartitionedCall", "call", {"x", "counter"},
-       {{"f", FuncAttr("__inference_step_9")}});
-  auto out = RunOps(b, {{"x", Vec({1}, Shape{1})}}, {"call"});
-  ASSERT_FALSE(out.ok());
-  const std::string msg(out.status().message());
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented) << msg;
-  EXPECT_TRUE(absl::StrContains(msg, "'increment' (op AssignAddVariableOp)")) << msg;
-  EXPECT_TRUE(absl::StrContains(msg, "stateful models are not supported")) << msg;
-}
-
 TEST(TfOpsTest, VariablesRestoredThroughSaverOps) {
   GraphBuilder b;
   b.Placeholder("x", kF, {-1});

@@ -205,12 +205,15 @@ absl::StatusOr<TfValue> Converter::GetTensor(Scope* scope, const std::string& re
             DescribeNode(scope, node), " passes ", data_inputs.size(), " inputs to function '",
             fname, "', which takes ", fbody->fdef->signature().input_arg_size()));
       }
-      KILN_RETURN_IF_ERROR(CheckControlDependencies(scope, node));
       s->args.resize(data_inputs.size());
       s->arg_refs = data_inputs;
       s->arg_scope = scope;
       callee = s.get();
       scopes_.push_back(std::move(s));
+      // Variable writes among the function's control outputs run with the call (before the
+      // check, which refuses writes nothing converted).
+      KILN_RETURN_IF_ERROR(ConvertCallControlWrites(callee));
+      KILN_RETURN_IF_ERROR(CheckControlDependencies(scope, node));
     }
     const auto& sig = callee->body->fdef->signature();
     if (index < 0 || index >= sig.output_arg_size()) {
@@ -230,6 +233,9 @@ absl::StatusOr<TfValue> Converter::GetTensor(Scope* scope, const std::string& re
     }
     auto result = GetTensor(callee, ret->second);
     --depth_;
+    if (result.ok() && result->id != ir::kNoValue && !callee->control_writes.empty()) {
+      result->id = OrderValueAfter(callee, result->id, callee->control_writes, node.name());
+    }
     return result;
   }
   KILN_ASSIGN_OR_RETURN(std::vector<TfValue>* outputs, ConvertNode(scope, node_name));
@@ -240,7 +246,7 @@ absl::StatusOr<TfValue> Converter::GetTensor(Scope* scope, const std::string& re
                                                    ")"));
   }
   const TfValue& v = (*outputs)[index];
-  if (v.id == ir::kNoValue && v.table == nullptr) {
+  if (v.id == ir::kNoValue && v.table == nullptr && v.variable == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("output ", index, " of ",
                                                    DescribeNode(scope, node),
                                                    " is not available here (a dead branch of a "
@@ -332,15 +338,10 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
     KILN_ASSIGN_OR_RETURN(v.table, TableOf(scope, node));
     return std::vector<TfValue>{v};
   }
-  // A write that is not the saver's restore (which Kiln replays at import) changes state
-  // at run time, which constants cannot do.
-  const bool restore_write = IsRestoreWrite(*scope->body, node);
-  if (op == "AssignAdd" || op == "AssignSub" || op == "AssignAddVariableOp" ||
-      op == "AssignSubVariableOp" ||
-      ((op == "Assign" || op == "AssignVariableOp") && !restore_write)) {
-    return absl::UnimplementedError(absl::StrCat(
-        DescribeNode(scope, node),
-        ": stateful models are not supported (variables are imported as constants)"));
+  // A write that is not the saver's restore (which Kiln replays at import) changes a mutable
+  // variable at run time (converter_variables.cc).
+  if (IsVariableWriteOp(op) && !IsRestoreWrite(*scope->body, node)) {
+    return ConvertVariableWrite(scope, node);
   }
   if (op == "Switch") {
     return absl::UnimplementedError(absl::StrCat(
@@ -352,24 +353,10 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
     return absl::UnimplementedError(
         absl::StrCat("unsupported TensorFlow op '", op, "': ", DescribeNode(scope, node)));
   }
-  // Control dependencies are dropped, except on variable writes: Kiln's variables are
-  // constants, so a value ordered after a write would silently be the old one.
-  for (const std::string& in : node.input()) {
-    if (!absl::StartsWith(in, "^")) continue;
-    auto dep = scope->body->nodes.find(RefNode(in));
-    if (dep == scope->body->nodes.end()) continue;
-    const std::string& dep_op = dep->second->op();
-    if (dep_op == "AssignAddVariableOp" || dep_op == "AssignSubVariableOp" ||
-        dep_op == "AssignAdd" || dep_op == "AssignSub" || dep_op == "ScatterAdd" ||
-        dep_op == "ResourceScatterAdd" || dep_op == "ResourceScatterUpdate" ||
-        ((dep_op == "AssignVariableOp" || dep_op == "Assign") &&
-         !IsRestoreWrite(*scope->body, *dep->second))) {
-      return absl::UnimplementedError(absl::StrCat(
-          DescribeNode(scope, node), " runs after the variable update ",
-          DescribeNode(scope, *dep->second),
-          ": stateful models are not supported (variables are imported as constants)"));
-    }
-  }
+  // Control dependencies are dropped, except on variable writes: those are converted and
+  // order this node's variable reads after them (converter_variables.cc).
+  KILN_ASSIGN_OR_RETURN(std::vector<ir::ValueId> after_writes,
+                        ControlDependencyWrites(scope, node));
   KILN_RETURN_IF_ERROR(CheckControlDependencies(scope, node));
   std::vector<TfValue> inputs;
   for (const std::string& in : node.input()) {
@@ -383,9 +370,25 @@ absl::StatusOr<std::vector<TfValue>> Converter::ConvertOp(Scope* scope, const No
     KILN_ASSIGN_OR_RETURN(TfValue v, GetTensor(scope, node.input(0)));
     inputs.push_back(v);
   }
+  // A mutable variable used as a tensor is read here (TF1's Identity of a ref, ReadVariableOp,
+  // any op taking the ref); an Identity of a resource handle passes the handle on.
+  const auto* type_attr = FindAttr(node, "T");
+  const bool passes_resource = (op == "Identity" || op == "IdentityN") && type_attr != nullptr &&
+                               type_attr->type() == tensorflow::DT_RESOURCE;
+  bool read_after_writes = after_writes.empty();
+  for (TfValue& v : inputs) {
+    if (v.variable == nullptr || passes_resource) continue;
+    KILN_ASSIGN_OR_RETURN(v.id, ReadVariable(scope, v, after_writes, node.name()));
+    v.variable = nullptr;
+    read_after_writes = true;
+  }
   OpContext ctx(this, scope, node, std::move(inputs));
   absl::Status status = (*convert)(ctx);
   if (!status.ok()) return status;
+  if (!read_after_writes) {
+    // Kiln graphs have no control edges: the writes run because the outputs depend on them.
+    KILN_RETURN_IF_ERROR(OrderOutputsAfter(scope, node, after_writes, ctx.outputs()));
+  }
   return std::move(ctx.outputs());
 }
 
@@ -410,6 +413,9 @@ absl::StatusOr<ir::Graph> Converter::BuildGraph(const std::vector<Feed>& feeds,
   for (const std::string& fetch : fetches) {
     auto [node, index] = SplitTopLevelRef(fetch);
     KILN_ASSIGN_OR_RETURN(TfValue v, GetTensor(scope.get(), absl::StrCat(node, ":", index)));
+    if (v.variable != nullptr) {  // a fetched variable (TF1 `counter:0`): its value now
+      KILN_ASSIGN_OR_RETURN(v.id, ReadVariable(scope.get(), v, {}, node));
+    }
     if (v.id == ir::kNoValue) {
       return absl::UnimplementedError(absl::StrCat("output '", fetch, "' is not a tensor"));
     }

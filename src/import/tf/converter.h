@@ -14,6 +14,7 @@
 #include <optional>
 #include "import/tf/tensor_bundle.h"
 #include "kiln/ir/graph.h"
+#include "kiln/ir/variable.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
@@ -27,11 +28,13 @@ struct TableContents {
   Tensor values;
 };
 
-// One output of a TF node as the converter sees it: an IR value, or a hash-table handle.
-// Variable handles are IR constants holding the variable's value (read-only inference).
+// One output of a TF node as the converter sees it: an IR value, a hash-table handle, or a
+// handle of a variable some signature writes (converter_variables.cc). A variable nothing
+// writes is an IR constant holding its checkpointed value instead (read-only inference).
 struct TfValue {
   ir::ValueId id = ir::kNoValue;
   std::shared_ptr<TableContents> table;
+  std::shared_ptr<ir::Variable> variable;
 };
 
 // A GraphDef or a FunctionDef body, indexed by node name.
@@ -67,12 +70,11 @@ struct Scope {
   Scope* value_parent = nullptr;
   std::string branch_pred;
   int branch_side = -1;
+  // A called function's variable writes among its control outputs (converter_variables.cc):
+  // the call's results are ordered after them.
+  std::vector<ir::ValueId> control_writes;
 };
 
-
-// The TF1 while loops (Enter/Exit frames) found in each body, and the loops built from them
-// (converter_while_loop.cc).
-struct WhileLoops;
 
 // A function call being resolved through during graph analysis: the call node and the body
 // it sits in. Resolving a function argument pops the innermost call and continues at the
@@ -127,6 +129,13 @@ class Converter {
 
   int variables_restored() const { return static_cast<int>(variable_cache_.size()); }
 
+  // Finds the variables that the signatures fetching `fetches` write (TF1 Assign/AssignAdd/
+  // AssignSub, resource AssignVariableOp/AssignAddVariableOp/AssignSubVariableOp, the saver's
+  // restore excepted): those become mutable ir::Variables, the others stay constants. Call
+  // after Prepare and before the first BuildGraph (converter_variables.cc).
+  absl::Status AnalyzeVariableWrites(const std::vector<std::string>& fetches);
+  int mutable_variables() const { return static_cast<int>(variables_.size()); }
+
   // --- used by op converters ---
   const Body* FindFunction(const std::string& name);
   absl::StatusOr<ir::GraphPtr> BuildFunctionSubgraph(Scope* caller,
@@ -148,6 +157,25 @@ class Converter {
   absl::StatusOr<ir::ValueId> ImportValue(GraphFrame* frame, ir::ValueId outer_id,
                                           GraphFrame* outer_frame);
   absl::StatusOr<TfValue> ValueOfVariable(const Scope* scope, const tensorflow::NodeDef& node);
+  // Variables (converter_variables.cc): a node that writes one, the read of a handle that an
+  // op uses as a tensor, and the writes a node's control dependencies order it after.
+  absl::StatusOr<std::vector<TfValue>> ConvertVariableWrite(Scope* scope,
+                                                            const tensorflow::NodeDef& node);
+  absl::StatusOr<ir::ValueId> ReadVariable(Scope* scope, const TfValue& handle,
+                                           const std::vector<ir::ValueId>& after,
+                                           const std::string& node_name);
+  absl::StatusOr<std::vector<ir::ValueId>> ControlDependencyWrites(Scope* scope,
+                                                                  const tensorflow::NodeDef& node);
+  absl::Status OrderOutputsAfter(Scope* scope, const tensorflow::NodeDef& node,
+                                 const std::vector<ir::ValueId>& writes,
+                                 std::vector<TfValue>& outputs);
+  ir::ValueId OrderValueAfter(Scope* scope, ir::ValueId value,
+                              const std::vector<ir::ValueId>& writes, const std::string& name);
+  absl::StatusOr<std::vector<ir::ValueId>> WritesReachedFrom(Scope* scope,
+                                                            std::vector<std::string> names);
+  // Converts the variable writes among a called function's control outputs into
+  // callee->control_writes (the call's results are ordered after them).
+  absl::Status ConvertCallControlWrites(Scope* callee);
   absl::StatusOr<std::shared_ptr<TableContents>> TableOf(const Scope* scope,
                                                          const tensorflow::NodeDef& node);
 
@@ -184,11 +212,6 @@ class Converter {
   // as TF-Text's, which TensorFlow itself would need registered to run the signature) that
   // `node`'s control dependencies reach, through function calls and branches.
   absl::Status CheckControlDependencies(const Scope* scope, const tensorflow::NodeDef& node);
-  // TF1 while loops: an Exit raises its frame to an IR Loop; Enter, Merge, Switch, LoopCond
-  // and NextIteration of a frame convert inside the Loop's body. nullopt: `node` is not part
-  // of a while loop (or its body has none) and converts as usual.
-  std::optional<absl::StatusOr<std::vector<TfValue>>> ConvertWhileLoopOp(
-      Scope* scope, const tensorflow::NodeDef& node);
 
   ImportSource source_;
   Body top_;
@@ -196,6 +219,10 @@ class Converter {
   std::map<std::string, const tensorflow::FunctionDef*> function_defs_;
   std::map<std::string, std::string> variable_keys_;  // top-level variable node -> ckpt key
   std::map<std::string, Tensor> variable_cache_;
+  std::set<std::string> written_variables_;  // checkpoint keys of variables a signature writes
+  std::map<std::string, std::shared_ptr<ir::Variable>> variables_;  // by checkpoint key
+  std::vector<std::string> VariableKeyCandidates(const Body& body,
+                                                 const tensorflow::NodeDef& node) const;
   // TableKey -> the initializer node, the body it sits in and the calls that reach it.
   struct TableInit {
     const Body* body = nullptr;
@@ -208,7 +235,6 @@ class Converter {
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
   std::set<std::pair<const Body*, std::string>> control_checked_;
-  std::shared_ptr<WhileLoops> while_loops_;  // shared_ptr: WhileLoops is incomplete here
   std::set<std::string> used_names_;
   std::map<std::pair<const ir::Graph*, ir::ValueId>, int> rank_hints_;
   int name_counter_ = 0;

@@ -72,11 +72,15 @@ absl::Status Converter::CheckControlDependencies(const Scope* scope, const NodeD
     const bool state_write = !restore_write && (absl::StartsWith(op, "Assign") ||
                                                 absl::StrContains(op, "Scatter"));
     if (state_write) {
+      // Writes a node names itself (or through NoOp groups) were converted and checked by
+      // ControlDependencyWrites; one reached otherwise (through a call's control outputs, an
+      // assertion, an Identity) would have nothing to order in a graph without control edges.
       Scope where;
       where.body = item.body;
       return absl::UnimplementedError(absl::StrCat(
           DescribeNode(scope, node), " runs after the variable update ", DescribeNode(&where, n),
-          ": stateful models are not supported (variables are imported as constants)"));
+          ": Kiln orders variable reads only after the writes a node's own control "
+          "dependencies (or NoOp groups) name"));
     }
     const bool known = FindOpConverter(op) != nullptr || IsCallOp(op) || IsVariableOp(op) ||
                        IsTableOp(op) || function_defs_.count(op) > 0 ||

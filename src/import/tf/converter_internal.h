@@ -69,4 +69,7 @@ inline const tensorflow::AttrValue* FindAttr(const tensorflow::NodeDef& node,
 // the same body: the saver's restore, which Kiln replays at import (converter_restore.cc).
 bool IsRestoreWrite(const Body& body, const tensorflow::NodeDef& node);
 
+// Assign, AssignAdd, AssignSub and their resource-variable forms (converter_variables.cc).
+bool IsVariableWriteOp(const std::string& op);
+
 }  // namespace kiln::import::tf

@@ -1,5 +1,6 @@
 // Variables: which checkpoint key each variable is restored from (the saver's RestoreV2 +
-// Assign ops, which Kiln replays at import) and a variable's value as a constant.
+// Assign ops, which Kiln replays at import). A variable's value (a constant, or a mutable
+// variable when a signature writes it) is in converter_variables.cc.
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -72,44 +73,6 @@ bool IsRestoreWrite(const Body& body, const NodeDef& node) {
     ref = it->second->input(0);
   }
   return false;
-}
-
-absl::StatusOr<TfValue> Converter::ValueOfVariable(const Scope* scope, const NodeDef& node) {
-  if (source_.variables == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(DescribeNode(scope, node), " is a variable but the model has no "
-                                                "variables/ checkpoint"));
-  }
-  std::vector<std::string> candidates;
-  if (scope->body == &top_) {
-    auto it = variable_keys_.find(node.name());
-    if (it != variable_keys_.end()) candidates.push_back(it->second);
-  }
-  if (const auto* shared = FindAttr(node, "shared_name"); shared && !shared->s().empty()) {
-    candidates.push_back(shared->s());
-  }
-  candidates.push_back(node.name());
-  for (const std::string& key : candidates) {
-    if (!source_.variables->Contains(key)) continue;
-    auto cached = variable_cache_.find(key);
-    Tensor value;
-    if (cached != variable_cache_.end()) {
-      value = cached->second;
-    } else {
-      auto read = source_.variables->Lookup(key);
-      if (!read.ok()) {
-        return Annotate(read.status(), absl::StrCat("restoring ", DescribeNode(scope, node)));
-      }
-      value = *read;
-      variable_cache_[key] = value;
-    }
-    TfValue out;
-    out.id = scope->frame->graph->AddConstant(UniqueName(key), value);
-    return out;
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "no checkpoint value for variable ", DescribeNode(scope, node), " (looked for keys: ",
-      absl::StrJoin(candidates, ", "), ")"));
 }
 
 }  // namespace kiln::import::tf

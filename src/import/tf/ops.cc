@@ -83,7 +83,8 @@ ir::ValueId Transpose(OpContext& c, ir::ValueId v, const std::vector<int64_t>& p
 
 // Passes input 0 through (a tensor, or a table handle).
 absl::Status PassThrough(OpContext& c) {
-  if (c.num_inputs() < 1 || (c.input(0) == ir::kNoValue && c.input_value(0).table == nullptr)) {
+  if (c.num_inputs() < 1 || (c.input(0) == ir::kNoValue && c.input_value(0).table == nullptr &&
+                            c.input_value(0).variable == nullptr)) {
     return NeedInputs(c, 1);
   }
   c.outputs() = {c.input_value(0)};
@@ -1156,8 +1157,10 @@ const OpConverter* FindOpConverter(const std::string& op) {
 std::vector<std::string> SupportedTfOps() {
   std::vector<std::string> ops;
   for (const auto& [name, fn] : Registry()) ops.push_back(name);
+  // Converted by the converter itself (converter*.cc), not through the registry.
   for (const char* op : {"Placeholder", "VarHandleOp", "VariableV2", "HashTableV2", "Switch",
-                         "Merge", "PartitionedCall", "StatefulPartitionedCall"}) {
+                         "Merge", "PartitionedCall", "StatefulPartitionedCall", "AssignAdd",
+                         "AssignSub", "AssignAddVariableOp", "AssignSubVariableOp"}) {
     ops.push_back(op);
   }
   std::sort(ops.begin(), ops.end());

@@ -187,6 +187,14 @@ std::string ValueNameForKey(const std::string& key) { return key; }
 
 absl::Status ImportSignatures(const tensorflow::MetaGraphDef& meta, Converter& converter,
                               ImportedModel& model) {
+  // Which variables some signature writes must be known before the first graph reads one:
+  // get_counter reads `counter` as a mutable variable only because incr_counter writes it.
+  std::vector<std::string> all_fetches;
+  for (const auto& [key, sig] : meta.signature_def()) {
+    if (absl::StartsWith(key, "__")) continue;
+    for (const auto& [output_key, info] : sig.outputs()) all_fetches.push_back(info.name());
+  }
+  KILN_RETURN_IF_ERROR(converter.AnalyzeVariableWrites(all_fetches));
   // Keys in sorted order, like the signature's inputs and outputs (protobuf map iteration
   // order is unspecified).
   for (const auto& [key, sig] : std::map<std::string, tensorflow::SignatureDef>(
@@ -277,6 +285,11 @@ absl::StatusOr<ImportedModel> ImportSavedModel(const std::string& dir,
   model.properties.emplace_back("meta_graph_tags", TagsString(model.tags));
   model.properties.emplace_back("variables_restored",
                                 std::to_string(converter.variables_restored()));
+  if (converter.mutable_variables() > 0) {
+    // State per loaded model: what `kiln inspect` should say about a stateful model.
+    model.properties.emplace_back("mutable_variables",
+                                  std::to_string(converter.mutable_variables()));
+  }
   if (variables) {
     model.properties.emplace_back("checkpoint_shards", std::to_string(variables->num_shards()));
   }
