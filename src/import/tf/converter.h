@@ -76,6 +76,10 @@ struct Scope {
 };
 
 
+// The TF1 while loops (Enter/Exit frames) found in each body, and the loops built from them
+// (converter_while_loop.cc).
+struct WhileLoops;
+
 // A function call being resolved through during graph analysis: the call node and the body
 // it sits in. Resolving a function argument pops the innermost call and continues at the
 // argument's input in the caller.
@@ -212,6 +216,11 @@ class Converter {
   // as TF-Text's, which TensorFlow itself would need registered to run the signature) that
   // `node`'s control dependencies reach, through function calls and branches.
   absl::Status CheckControlDependencies(const Scope* scope, const tensorflow::NodeDef& node);
+  // TF1 while loops: an Exit raises its frame to an IR Loop; Enter, Merge, Switch, LoopCond
+  // and NextIteration of a frame convert inside the Loop's body. nullopt: `node` is not part
+  // of a while loop (or its body has none) and converts as usual.
+  std::optional<absl::StatusOr<std::vector<TfValue>>> ConvertWhileLoopOp(
+      Scope* scope, const tensorflow::NodeDef& node);
 
   ImportSource source_;
   Body top_;
@@ -235,6 +244,7 @@ class Converter {
   std::map<std::string, std::shared_ptr<TableContents>> table_cache_;
   std::map<std::pair<std::string, std::string>, bool> switch_dependency_;
   std::set<std::pair<const Body*, std::string>> control_checked_;
+  std::shared_ptr<WhileLoops> while_loops_;  // shared_ptr: WhileLoops is incomplete here
   std::set<std::string> used_names_;
   std::map<std::pair<const ir::Graph*, ir::ValueId>, int> rank_hints_;
   int name_counter_ = 0;
