@@ -1,4 +1,5 @@
 // ONNX ModelProto -> ImportedModel (one "serving_default" signature).
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -7,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "import/onnx/onnx_internal.h"
 #include "kiln/core/status.h"
 #include "kiln/import/onnx.h"
-#include "import/onnx/onnx_internal.h"
 
 namespace kiln::import {
 namespace {
@@ -26,6 +27,16 @@ using onnx_internal::DTypeFromOnnx;
 
 constexpr int kMaxFunctionDepth = 32;
 constexpr int kMaxGraphDepth = 64;
+// Model-local functions are inlined at every call and may call each other, so a few hundred
+// bytes (F1 calls F0 twice, F2 calls F1 twice, ...) expand to 2^31 nodes within the depth limit
+// above. Real models expand far less: a module-per-function export of a transformer expands
+// by at most about min(layers, nodes per layer), 10-20 for BERT and Llama-sized models. An
+// import may convert at most this many nodes per NodeProto the file holds (graphs, subgraphs
+// and functions counted), and never more than kMaxConvertedNodes. The ratio is also what
+// keeps the loader fuzzer's inputs (64 KiB at most) within its 10-second timeout under ASan:
+// at 256 a 2-KB mutation of its seed expanded to 16k nodes and timed out on the loaded machine.
+constexpr int64_t kMaxNodesPerNodeProto = 64;
+constexpr int64_t kMaxConvertedNodes = int64_t{1} << 22;
 
 using OpsetMap = std::map<std::string, int64_t>;
 
@@ -157,6 +168,18 @@ void CollectNames(const GraphProto& graph, std::set<std::string>& names) {
   }
 }
 
+// NodeProtos in `graph` and its subgraphs (protobuf's recursion limit bounds the nesting).
+int64_t CountNodeProtos(const GraphProto& graph) {
+  int64_t count = graph.node_size();
+  for (const auto& node : graph.node()) {
+    for (const auto& attr : node.attribute()) {
+      if (attr.has_g()) count += CountNodeProtos(attr.g());
+      for (const auto& g : attr.graphs()) count += CountNodeProtos(g);
+    }
+  }
+  return count;
+}
+
 // Names a node reads, including those its subgraphs read from enclosing scopes.
 void CollectReads(const NodeProto& node, std::set<std::string>& reads) {
   reads.insert(node.input().begin(), node.input().end());
@@ -206,6 +229,12 @@ class Importer {
   std::map<std::pair<std::string, std::string>, const FunctionProto*> functions_;
   std::vector<std::string> unsupported_;
   int fresh_counter_ = 0;
+  // Nodes ConvertNode may still convert (kMaxNodesPerNodeProto) and sparse tensors' bytes
+  // still to densify (onnx_internal::kMaxDensifiedBytes): the bounds on what a small file can
+  // make the import do.
+  int64_t nodes_left_ = 0;
+  int64_t node_budget_ = 0;
+  int64_t dense_bytes_left_ = onnx_internal::kMaxDensifiedBytes;
 };
 
 std::string Importer::FreshName(const ir::Graph& graph, absl::string_view prefix) {
@@ -259,22 +288,36 @@ absl::StatusOr<std::vector<const NodeProto*>> Importer::SortNodes(const GraphPro
     for (const auto& n : proto.node()) order.push_back(&n);
     return order;
   }
-  // Some exporters write nodes out of order; ONNX Runtime accepts that, so do we.
+  // Some exporters write nodes out of order; ONNX Runtime accepts that, so do we. The
+  // depth-first search keeps its own stack: a chain of nodes written in reverse order is as
+  // deep as the graph is long, and recursion overflowed the thread's stack on large graphs.
   std::vector<int> state(proto.node_size(), 0);  // 0 new, 1 on stack, 2 done
-  std::function<absl::Status(int)> visit = [&](int i) -> absl::Status {
-    if (state[i] == 2) return absl::OkStatus();
-    if (state[i] == 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("graph '", proto.name(), "' has a cycle through node ",
-                       NodeLabel(proto.node(i))));
+  std::vector<std::pair<int, size_t>> stack;     // node, index of its next dependency
+  for (int root = 0; root < proto.node_size(); ++root) {
+    if (state[root] != 0) continue;
+    state[root] = 1;
+    stack.emplace_back(root, 0);
+    while (!stack.empty()) {
+      const int i = stack.back().first;
+      const size_t next = stack.back().second;
+      if (next == deps[i].size()) {
+        state[i] = 2;
+        order.push_back(&proto.node(i));
+        stack.pop_back();
+        continue;
+      }
+      ++stack.back().second;
+      const int d = deps[i][next];
+      if (state[d] == 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "graph '", proto.name(), "' has a cycle through node ", NodeLabel(proto.node(d))));
+      }
+      if (state[d] == 0) {
+        state[d] = 1;
+        stack.emplace_back(d, 0);
+      }
     }
-    state[i] = 1;
-    for (int d : deps[i]) KILN_RETURN_IF_ERROR(visit(d));
-    state[i] = 2;
-    order.push_back(&proto.node(i));
-    return absl::OkStatus();
-  };
-  for (int i = 0; i < proto.node_size(); ++i) KILN_RETURN_IF_ERROR(visit(i));
+  }
   return order;
 }
 
@@ -303,7 +346,7 @@ absl::Status Importer::ConvertGraph(const GraphProto& proto, Scope* parent, ir::
   }
   for (const auto& sparse : proto.sparse_initializer()) {
     absl::StatusOr<Tensor> t =
-        onnx_internal::TensorFromSparseProto(sparse, external_data_dir_);
+        onnx_internal::TensorFromSparseProto(sparse, external_data_dir_, &dense_bytes_left_);
     if (!t.ok()) return Annotate(t.status(), absl::StrCat(graph_label, ": sparse initializer"));
     graph.AddConstant(sparse.values().name(), *std::move(t));
   }
@@ -365,7 +408,8 @@ absl::StatusOr<Tensor> Importer::ConstantNodeValue(const NodeProto& node) {
     return onnx_internal::TensorFromProto(attr.t(), external_data_dir_);
   }
   if (key == "sparse_value") {
-    return onnx_internal::TensorFromSparseProto(attr.sparse_tensor(), external_data_dir_);
+    return onnx_internal::TensorFromSparseProto(attr.sparse_tensor(), external_data_dir_,
+                                                &dense_bytes_left_);
   }
   if (key == "value_float") return Tensor::Scalar<float>(attr.f());
   if (key == "value_int") return Tensor::Scalar<int64_t>(attr.i());
@@ -426,8 +470,8 @@ absl::StatusOr<ir::Attribute> Importer::ConvertAttribute(const AttributeProto& a
       return ir::Attribute(std::move(t));
     }
     case AttributeProto::SPARSE_TENSOR: {
-      absl::StatusOr<Tensor> t =
-          onnx_internal::TensorFromSparseProto(attr.sparse_tensor(), external_data_dir_);
+      absl::StatusOr<Tensor> t = onnx_internal::TensorFromSparseProto(
+          attr.sparse_tensor(), external_data_dir_, &dense_bytes_left_);
       if (!t.ok()) return Annotate(t.status(), label);
       return ir::Attribute(*std::move(t));
     }
@@ -452,7 +496,8 @@ absl::StatusOr<ir::Attribute> Importer::ConvertAttribute(const AttributeProto& a
     case AttributeProto::SPARSE_TENSORS: {
       std::vector<Tensor> tensors;
       for (const auto& t : attr.sparse_tensors()) {
-        absl::StatusOr<Tensor> v = onnx_internal::TensorFromSparseProto(t, external_data_dir_);
+        absl::StatusOr<Tensor> v =
+            onnx_internal::TensorFromSparseProto(t, external_data_dir_, &dense_bytes_left_);
         if (!v.ok()) return Annotate(v.status(), label);
         tensors.push_back(*std::move(v));
       }
@@ -540,6 +585,12 @@ absl::Status Importer::InlineFunction(const NodeProto& node, const FunctionProto
 
 absl::Status Importer::ConvertNode(const NodeProto& node, Scope& scope, const OpsetMap& opsets,
                                    int function_depth) {
+  if (--nodes_left_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        NodeLabel(node), ": inlining the model's local functions expands it past ", node_budget_,
+        " nodes (", kMaxNodesPerNodeProto, " per node in the file, at most ", kMaxConvertedNodes,
+        "); do its functions call each other many times over?"));
+  }
   const std::string domain = CanonicalDomain(node.domain());
   if (node.op_type().empty()) {
     return absl::InvalidArgumentError(
@@ -686,6 +737,18 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     }
   }
   CollectNames(model_.graph(), reserved_names_);
+  int64_t node_protos = CountNodeProtos(model_.graph());
+  for (const FunctionProto& f : model_.functions()) {
+    for (const auto& n : f.node()) {
+      node_protos += 1;
+      for (const auto& attr : n.attribute()) {
+        if (attr.has_g()) node_protos += CountNodeProtos(attr.g());
+        for (const auto& g : attr.graphs()) node_protos += CountNodeProtos(g);
+      }
+    }
+  }
+  node_budget_ = std::min(kMaxConvertedNodes, kMaxNodesPerNodeProto * node_protos);
+  nodes_left_ = node_budget_;
 
   ImportedModel imported;
   imported.platform = "onnx";

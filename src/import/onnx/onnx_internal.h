@@ -26,9 +26,19 @@ std::string OnnxTypeName(int32_t onnx_type);
 // Decodes a TensorProto (raw_data, typed fields or external data under `external_data_dir`).
 absl::StatusOr<Tensor> TensorFromProto(const ::onnx::TensorProto& proto,
                                        const std::string& external_data_dir);
-// Densifies a SparseTensorProto.
+// What one model's sparse tensors may densify to, in all. 1 GiB is far above the sparse
+// initializers and Constant(sparse_value) nodes real models carry (masks, embedding deltas),
+// and keeps a malicious few-byte model from making the importer allocate more.
+constexpr int64_t kMaxDensifiedBytes = int64_t{1} << 30;
+
+// Densifies a SparseTensorProto. A few bytes of sparse tensor can claim a dense shape of any
+// size, so densifying is the one place where a model's bytes do not bound what importing it
+// allocates: `dense_bytes_left` is what the whole import may still densify (strings counted
+// as sizeof(std::string) each); the dense size is subtracted from it, and a tensor above it
+// is RESOURCE_EXHAUSTED before anything is allocated.
 absl::StatusOr<Tensor> TensorFromSparseProto(const ::onnx::SparseTensorProto& proto,
-                                             const std::string& external_data_dir);
+                                             const std::string& external_data_dir,
+                                             int64_t* dense_bytes_left);
 absl::StatusOr<::onnx::TensorProto> TensorToProto(const Tensor& tensor, const std::string& name);
 
 // For bytes that failed to parse as a ModelProto: where the structure first breaks ("field

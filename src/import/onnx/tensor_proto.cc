@@ -291,7 +291,8 @@ absl::StatusOr<Tensor> TensorFromProto(const TensorProto& proto,
 }
 
 absl::StatusOr<Tensor> TensorFromSparseProto(const ::onnx::SparseTensorProto& proto,
-                                             const std::string& external_data_dir) {
+                                             const std::string& external_data_dir,
+                                             int64_t* dense_bytes_left) {
   KILN_ASSIGN_OR_RETURN(Tensor values, TensorFromProto(proto.values(), external_data_dir));
   KILN_ASSIGN_OR_RETURN(Tensor indices, TensorFromProto(proto.indices(), external_data_dir));
   const std::string label = absl::StrCat("sparse tensor '", proto.values().name(), "'");
@@ -318,6 +319,17 @@ absl::StatusOr<Tensor> TensorFromSparseProto(const ::onnx::SparseTensorProto& pr
                                                    indices.shape().ToString(), " does not fit ",
                                                    nnz, " values of rank ", rank));
   }
+  // dense_count is below 2^28, so the product cannot overflow.
+  const int64_t dense_bytes = dense_count * static_cast<int64_t>(values.dtype() == DType::kString
+                                                                     ? sizeof(std::string)
+                                                                     : DTypeSize(values.dtype()));
+  if (dense_bytes > *dense_bytes_left) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        label, ": densifying shape ", Shape(dims).ToString(), " of ", DTypeName(values.dtype()),
+        " needs ", dense_bytes, " bytes, and the model's sparse tensors may densify to ",
+        kMaxDensifiedBytes, " bytes in all (", *dense_bytes_left, " left)"));
+  }
+  *dense_bytes_left -= dense_bytes;
   Tensor dense = Tensor::Zeros(values.dtype(), Shape(dims));
   const int64_t* idx = indices.data<int64_t>();
   const size_t elem = DTypeSize(values.dtype());
