@@ -90,5 +90,10 @@ grpc MultiInference MultiInferenceRequest "
 grpc GetModelMetadata GetModelMetadataRequest \
   'model_spec { name: "half_plus_two" } metadata_field: "signature_def"'
 grpc GetModelStatus GetModelStatusRequest 'model_spec { name: "half_plus_two" version { value: 1 } }'
+# One value filling a shape of 3 GiB: held to the run memory budget before allocating (a
+# fuzzer finding; the decoder allocated first).
+grpc Predict PredictRequest "$(printf "$spec" serving_default)
+  inputs { key: \"x\" value { dtype: DT_FLOAT
+           tensor_shape { dim { size: 805306368 } dim { size: 1 } } float_val: 1 } }"
 
 echo "wrote $n seeds to $out"

@@ -206,6 +206,10 @@ std::unique_ptr<Server> StartServer(bool batching) {
   options.metrics = &server->metrics;
   options.model_options.intra_op_threads = 1;
   options.model_options.inter_op_threads = 1;
+  // Far below libFuzzer's 2 GiB RSS limit, as a server's --run_memory_budget_bytes sits below
+  // its machine's memory: a request that asks for more (one value filling a huge shape) is
+  // RESOURCE_EXHAUSTED, what is under test, not an allocation the fuzzer reports.
+  options.model_options.run_memory_budget_bytes = size_t{256} << 20;
   options.loader = [](const std::string&, const kiln::runtime::ModelOptions& model_options) {
     return kiln::runtime::Model::FromImported(BuildModel(), model_options);
   };

@@ -122,8 +122,10 @@ grpc::Status PredictionServiceImpl::Predict(grpc::ServerContext* context,
       context, "predict", request, response,
       [&](const ServableVersion& servable) -> absl::Status {
         std::map<std::string, Tensor> inputs;
+        // A single value fills the shape the client sends: held to the budget a run has.
+        const size_t budget = core_->options().model_options.run_memory_budget_bytes;
         for (const auto& [key, proto] : request->inputs()) {
-          KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key));
+          KILN_ASSIGN_OR_RETURN(inputs[key], TensorFromProto(proto, key, budget));
         }
         std::vector<std::string> filter(request->output_filter().begin(),
                                         request->output_filter().end());

@@ -149,7 +149,19 @@ absl::Status CheckCount(const Field& field, int64_t n, absl::string_view name) {
   return absl::OkStatus();
 }
 
+// What one element filled from the proto's last value holds: its dtype's size, and for strings
+// the characters each copy of the repeated value holds too.
+size_t FilledElementBytes(const tensorflow::TensorProto& proto, DType dtype) {
+  if (dtype != DType::kString) return DTypeSize(dtype);
+  const size_t chars =
+      proto.string_val_size() == 0 ? 0 : proto.string_val(proto.string_val_size() - 1).size();
+  return sizeof(std::string) + chars;
+}
+
 }  // namespace
+
+// Values in the typed *_val field `dtype` uses (defined with the request decoder below).
+static int ValueCount(const tensorflow::TensorProto& proto, DType dtype);
 
 absl::StatusOr<Tensor> FromTensorProto(const tensorflow::TensorProto& proto) {
   KILN_ASSIGN_OR_RETURN(DType dtype, FromTfDataType(proto.dtype()));
@@ -161,6 +173,29 @@ absl::StatusOr<Tensor> FromTensorProto(const tensorflow::TensorProto& proto) {
           absl::StrCat("TensorProto shape ", shape.ToString(), " is too large"));
     }
     n *= d;
+  }
+  // Everything is checked against the bytes the proto holds before the tensor is allocated.
+  const bool from_content = dtype != DType::kString && !proto.tensor_content().empty();
+  if (from_content) {
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    if (proto.tensor_content().size() != bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TensorProto tensor_content has ", proto.tensor_content().size(), " bytes; ",
+                       DTypeName(dtype), shape.ToString(), " needs ", bytes));
+    }
+  } else {
+    // Under the fill rule a few bytes describe any shape (TensorFlow itself writes large splats
+    // as Fill, not Const), so what filling expands to is held to kMaxFilledConstantBytes.
+    const int64_t given = ValueCount(proto, dtype);
+    if (given < n) {
+      const size_t per_element = FilledElementBytes(proto, dtype);
+      if (static_cast<size_t>(n) > kMaxFilledConstantBytes / per_element) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "TensorProto of ", DTypeName(dtype), shape.ToString(), " holds ", given,
+            " values; filling the rest with the last would take ", n, " x ", per_element,
+            " bytes, above the ", kMaxFilledConstantBytes, "-byte limit for filled constants"));
+      }
+    }
   }
   if (dtype == DType::kString) {
     if (proto.string_val_size() != n && !(proto.string_val_size() == 1 || n == 0)) {
@@ -180,14 +215,8 @@ absl::StatusOr<Tensor> FromTensorProto(const tensorflow::TensorProto& proto) {
     return t;
   }
   Tensor t(dtype, shape);
-  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-  if (!proto.tensor_content().empty()) {
-    if (proto.tensor_content().size() != bytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("TensorProto tensor_content has ", proto.tensor_content().size(), " bytes; ",
-                       DTypeName(dtype), shape.ToString(), " needs ", bytes));
-    }
-    if (bytes > 0) std::memcpy(t.raw_data(), proto.tensor_content().data(), bytes);
+  if (from_content) {
+    if (n > 0) std::memcpy(t.raw_data(), proto.tensor_content().data(), t.byte_size());
     return t;
   }
   switch (dtype) {
@@ -329,8 +358,8 @@ static int ValueCount(const tensorflow::TensorProto& proto, DType dtype) {
   return 0;
 }
 
-absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
-                                       absl::string_view name) {
+absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto, absl::string_view name,
+                                       size_t max_fill_bytes) {
   auto dtype_or = DTypeFromProto(proto.dtype());
   if (!dtype_or.ok()) {
     return absl::InvalidArgumentError(
@@ -376,13 +405,14 @@ absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
                      shape.ToString(), " needs ", n, " values, the proto has ", values));
   }
   // One value fills the whole shape (TensorFlow's rule), so a few bytes can ask for any size:
-  // what one value expands to is held to the default run memory budget.
+  // what one value expands to is held to the run memory budget (a run could not hold more).
   if (values == 1 && n > 1) {
-    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-    if (n > static_cast<int64_t>(MemoryBudget::DefaultLimit() / DTypeSize(dtype))) {
+    const size_t budget = max_fill_bytes != 0 ? max_fill_bytes : MemoryBudget::DefaultLimit();
+    const size_t per_element = FilledElementBytes(proto, dtype);
+    if (static_cast<size_t>(n) > budget / per_element) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "tensor '", name, "': one value repeated to shape ", shape.ToString(), " needs ", bytes,
-          " bytes, over the memory budget of ", MemoryBudget::DefaultLimit(), " bytes"));
+          "tensor '", name, "': one value repeated to shape ", shape.ToString(), " needs ", n,
+          " x ", per_element, " bytes, over the run memory budget of ", budget, " bytes"));
     }
   }
   KILN_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));

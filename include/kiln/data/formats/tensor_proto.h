@@ -10,6 +10,7 @@
 //                     value held to the run memory budget, because a client sends the shape.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,16 +49,25 @@ absl::StatusOr<Shape> FullyDefinedShape(const tensorflow::TensorShapeProto& shap
 void ShapeToProto(bool rank_known, const std::vector<int64_t>& dims,
                   tensorflow::TensorShapeProto* proto);
 
+// What a graph constant may expand to under the fill rule. A few bytes of TensorProto can
+// describe any shape that way; TensorFlow itself stores large splats as Fill ops, not as Const
+// (tf.zeros and tf.fill make a Const only below 1000 elements), so a filled constant of more
+// than 1 GiB is a corrupt or hostile graph, refused with RESOURCE_EXHAUSTED.
+constexpr size_t kMaxFilledConstantBytes = size_t{1} << 30;
+
 // A graph constant: the bytes come from tensor_content when set, else from the typed repeated
-// field under TensorFlow's fill rule (see the top of this file).
+// field under TensorFlow's fill rule (see the top of this file). Sizes are checked against the
+// bytes the proto holds before anything is allocated.
 absl::StatusOr<Tensor> FromTensorProto(const tensorflow::TensorProto& proto);
 // Writes tensor_content (string tensors: string_val), as TensorFlow stores constants.
 tensorflow::TensorProto ToTensorProto(const Tensor& tensor);
 
 // A request's tensor: tensor_content or the typed *_val fields (a single value fills the
-// whole shape). `name` is used in error messages.
-absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto,
-                                       absl::string_view name);
+// whole shape). `name` is used in error messages. What a single value expands to is held to
+// `max_fill_bytes`, the run memory budget of the model the request is for (0: the default
+// budget, MemoryBudget::DefaultLimit()); RESOURCE_EXHAUSTED above it.
+absl::StatusOr<Tensor> TensorFromProto(const tensorflow::TensorProto& proto, absl::string_view name,
+                                       size_t max_fill_bytes = 0);
 // Writes typed *_val fields (float_val, int64_val, string_val, ...), as TF Serving replies.
 void TensorToProto(const Tensor& tensor, tensorflow::TensorProto* proto);
 
