@@ -99,20 +99,18 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
         absl::StrCat("KILN_GEMM_BACKEND=", forced, " is not one of auto, onednn, openblas"));
   }
   const int64_t macs = shape.rows * shape.n * shape.k;
-  const CpuIsa isa = EffectiveCpuIsa();
-  if (isa >= CpuIsa::kAvx512) {
-    return GemmChoice{GemmBackend::kOneDnn, "avx512: oneDNN brgemm"};
-  }
-  if (macs < kMinChoiceMacs) return GemmChoice{GemmBackend::kOneDnn, "small product"};
-  if (onednn_packs) {
-    return GemmChoice{GemmBackend::kOneDnn, "oneDNN packs the weights for its own kernel"};
-  }
-  std::string why;
-  if (!OpenBlasUsable(&why)) return GemmChoice{GemmBackend::kOneDnn, why};
-
   auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const GemmChoice>, size_t>> {
     GemmChoice choice;
-    if (macs > kMaxTimedMacs) {
+    std::string why;
+    if (EffectiveCpuIsa() >= CpuIsa::kAvx512) {
+      choice = {GemmBackend::kOneDnn, "avx512: oneDNN brgemm"};
+    } else if (macs < kMinChoiceMacs) {
+      choice = {GemmBackend::kOneDnn, "small product"};
+    } else if (onednn_packs) {
+      choice = {GemmBackend::kOneDnn, "oneDNN brgemm with its packed weights"};
+    } else if (!OpenBlasUsable(&why)) {
+      choice = {GemmBackend::kOneDnn, why};
+    } else if (macs > kMaxTimedMacs) {
       choice = {GemmBackend::kOpenBlas, "avx2, large product (not timed)"};
     } else {
       // Zeros in, like a real input in speed (no denormals). A's extent follows lda.
@@ -140,12 +138,15 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
                 absl::StrFormat("avx2, timed: openblas %.3f ms, onednn %.3f ms",
                                 best_openblas * 1e3, best_onednn * 1e3)};
     }
-    // The load log (stderr, as the model's other load lines): once per model and shape.
-    std::fprintf(stderr, "kiln: fp32 GEMM %lldx%lldx%lld%s%s on %d threads: %s (%s)\n",
-                 static_cast<long long>(shape.rows), static_cast<long long>(shape.n),
-                 static_cast<long long>(shape.k), shape.trans_a ? " transA" : "",
-                 shape.trans_b ? " transB" : "", threads, GemmBackendName(choice.backend),
-                 choice.reason.c_str());
+    // The load log (stderr, as the model's other load lines): once per model and shape; not
+    // for the small products, which every model has many of and which have no choice.
+    if (macs >= kMinChoiceMacs) {
+      std::fprintf(stderr, "kiln: fp32 GEMM %lldx%lldx%lld%s%s on %d threads: %s (%s)\n",
+                   static_cast<long long>(shape.rows), static_cast<long long>(shape.n),
+                   static_cast<long long>(shape.k), shape.trans_a ? " transA" : "",
+                   shape.trans_b ? " transB" : "", threads, GemmBackendName(choice.backend),
+                   choice.reason.c_str());
+    }
     return std::make_pair(std::make_shared<const GemmChoice>(std::move(choice)), size_t{0});
   };
   if (cache == nullptr) {

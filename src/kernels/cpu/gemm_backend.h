@@ -61,9 +61,9 @@ struct GemmChoice {
 };
 
 // The backend for an fp32 product with constant weights `b`, chosen once per `cache` (the
-// model) and shape. `run_onednn(a, c)` runs the oneDNN primitive the plan would run, with zeros in
-// `a` and its output in `c`; `onednn_packs` says oneDNN chose a packed weight layout (then it
-// is oneDNN's own kernel and is kept). KILN_GEMM_BACKEND=onednn|openblas forces one (for
+// model) and shape. `run_onednn(a, c)` runs the oneDNN primitive the plan would run, with zeros
+// in `a` and its output in `c`; `onednn_packs` says oneDNN chose brgemm with weights packed for
+// it (its own fast kernel: kept). KILN_GEMM_BACKEND=onednn|openblas forces one (for
 // measurement and the tests of each backend); "auto" or unset chooses; anything else is an
 // InvalidArgument. `cache` may be null (a kernel outside a model): the choice is then made and
 // not kept.

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gemm_backend.h"
 #include "kiln/core/status.h"
@@ -214,6 +215,15 @@ class MatMulKernel : public OpKernel {
       const memory::desc& bias_desc = bias_desc_;
       dnnl::matmul::desc d(user_a_desc_, b_any, bias_desc, c_desc_);
       dnnl::matmul::primitive_desc pd(d, attr, engine);
+      // Only brgemm (AVX-512) needs its own weight layout. Other implementations (gemm:jit on
+      // AVX2) read the weights as stored, transposed or not: packing them would only copy them
+      // for every model, and OpenBLAS, the other candidate there, reads them in place.
+      const bool brgemm = absl::StartsWith(pd.impl_info_str(), "brg");
+      const bool backend_choice = b_constant && !batched_ && residual_index_ < 0;
+      if (backend_choice && !brgemm && b_any != user_b_desc_) {
+        pd = dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(user_a_desc_, user_b_desc_, bias_desc, c_desc_), attr, engine);
+      }
       scratch_desc_ = pd.scratchpad_desc();
       scratch_bytes = Align64(scratch_desc_.get_size());
       b_desc_ = pd.weights_desc();
@@ -229,15 +239,13 @@ class MatMulKernel : public OpKernel {
       backend_ = GemmBackend::kOneDnn;
       // OpenBLAS computes bias, Gemm's C and activations as the unfused ops would; a fused
       // residual may share the output's memory (in place), which sgemm would overwrite first.
-      if (b_constant && !batched_ && residual_index_ < 0) {
-        KILN_RETURN_IF_ERROR(ChooseBackend(ctx, m, scratch_bytes));
-      }
+      if (backend_choice) KILN_RETURN_IF_ERROR(ChooseBackend(ctx, m, scratch_bytes, brgemm));
     }
     ctx.scratch_bytes = scratch_bytes;
     return absl::OkStatus();
   }
 
-  absl::Status ChooseBackend(PrepareContext& ctx, int64_t m, size_t scratch_bytes) {
+  absl::Status ChooseBackend(PrepareContext& ctx, int64_t m, size_t scratch_bytes, bool brgemm) {
     gemm_.rows = rows_;
     gemm_.n = n_;
     gemm_.k = k_;
@@ -281,7 +289,7 @@ class MatMulKernel : public OpKernel {
     KILN_ASSIGN_OR_RETURN(
         GemmChoice choice,
         ChooseGemmBackend(ctx.packed_constants, gemm_, static_cast<const float*>(b_data),
-                          ctx.intra_op_threads, packed_b_ != nullptr, run_onednn));
+                          ctx.intra_op_threads, brgemm, run_onednn));
     backend_ = choice.backend;
     return absl::OkStatus();
   }
