@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kiln/import/saved_model.h"
+#include "kiln/runtime/model.h"
 #include "test_util.h"
 #include "tf_graph_builder.h"
 
@@ -89,8 +90,13 @@ std::string Binary(GraphBuilder& b, const std::string& op, const std::string& na
 }
 
 // i = 0; while i < n: i = i + 1   (tf.while_loop(lambda i: i < n, lambda i: i + 1, [0]))
-void WriteCounter(GraphBuilder& b, bool with_exit) {
-  b.Placeholder("n", kI, {});
+// n: a graph input, or the constant 7 (then the whole loop is constant).
+void WriteCounter(GraphBuilder& b, bool with_exit, bool constant_bound = false) {
+  if (constant_bound) {
+    b.Const("n", Tensor::Scalar<int32_t>(7));
+  } else {
+    b.Placeholder("n", kI, {});
+  }
   b.Const("Const", Tensor::Scalar<int32_t>(0));
   WhileWriter w(b, "while");
   const std::string i = w.Var(0, "Const", kI);
@@ -220,8 +226,7 @@ TEST(TfWhileLoopTest, LoopInvariantConstantIsReadEveryIteration) {
 //   while j < i: j, a = j + 1, a + step      (step: a graph input, entered through both frames)
 //   i, acc = i + 1, a
 // acc = step * (0 + 1 + ... + n-1)
-TEST(TfWhileLoopTest, NestedLoopReadsTheOuterLoopAndAnInvariantOfBoth) {
-  GraphBuilder b;
+void WriteNested(GraphBuilder& b) {
   b.Placeholder("n", kI, {});
   b.Placeholder("step", kI, {});
   b.Const("Const", Tensor::Scalar<int32_t>(0));
@@ -256,10 +261,16 @@ TEST(TfWhileLoopTest, NestedLoopReadsTheOuterLoopAndAnInvariantOfBoth) {
   Binary(b, "AddV2", outer.N("add"), body_i, outer.N("add/y"), kI);
   outer.Close(0, outer.N("add"), kI);
   outer.Close(1, inner.N("Exit_1"), kI);
-  auto model =
-      Save("while_nested", b,
-           Signature({{"n", {"n:0", kI, {}}}, {"step", {"step:0", kI, {}}}},
-                     {{"acc", {"while/Exit_1:0", kI, {}}}, {"i", {"while/Exit:0", kI, {}}}}));
+}
+
+const SignatureSpec kNestedSignature =
+    Signature({{"n", {"n:0", kI, {}}}, {"step", {"step:0", kI, {}}}},
+              {{"acc", {"while/Exit_1:0", kI, {}}}, {"i", {"while/Exit:0", kI, {}}}});
+
+TEST(TfWhileLoopTest, NestedLoopReadsTheOuterLoopAndAnInvariantOfBoth) {
+  GraphBuilder b;
+  WriteNested(b);
+  auto model = Save("while_nested", b, kNestedSignature);
   ASSERT_TRUE(model.ok()) << model.status();
   // TF: n = 5, step = 3 -> acc = 3 * 10 = 30, i = 5; n = 1 -> the inner loop never runs, 0.
   for (auto [n, want] : std::vector<std::pair<int32_t, int32_t>>{{5, 30}, {1, 0}, {0, 0}}) {
@@ -318,6 +329,38 @@ TEST(TfWhileLoopTest, ConditionalInsideTheLoopBody) {
   }
 }
 
+// Through the runtime, with its optimizer (constant folding, fusion) and without: a loop whose
+// inputs are all constants folds at load and still gives TF's value; the nested loop runs.
+TEST(TfWhileLoopTest, RuntimeWithAndWithoutOptimizerComputesTheSame) {
+  GraphBuilder counter;
+  WriteCounter(counter, true, /*constant_bound=*/true);
+  const std::string counter_dir = testing::TempDir("while_runtime_counter");
+  ASSERT_TRUE(testing::WriteSavedModel(counter_dir, counter,
+                                       {Signature({}, {{"i", {"while/Exit:0", kI, {}}}})})
+                  .ok());
+  GraphBuilder nested;
+  WriteNested(nested);
+  const std::string nested_dir = testing::TempDir("while_runtime_nested");
+  ASSERT_TRUE(testing::WriteSavedModel(nested_dir, nested, {kNestedSignature}).ok());
+  for (bool disable_optimizer : {false, true}) {
+    runtime::ModelOptions options;
+    options.disable_optimizer = disable_optimizer;
+    auto model = runtime::Model::Load(counter_dir, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto out = (*model)->Run("serving_default", {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(I32(out->at("i")), 7) << "disable_optimizer " << disable_optimizer;
+    model = runtime::Model::Load(nested_dir, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    out = (*model)->Run("serving_default",
+                        {{"n", Tensor::Scalar<int32_t>(4)}, {"step", Tensor::Scalar<int32_t>(-2)}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    // TF: acc = -2 * (0 + 1 + 2 + 3) = -12, i = 4.
+    EXPECT_EQ(I32(out->at("acc")), -12) << "disable_optimizer " << disable_optimizer;
+    EXPECT_EQ(I32(out->at("i")), 4) << "disable_optimizer " << disable_optimizer;
+  }
+}
+
 // Malformed frames are errors naming the node, never a wrong value or a crash.
 TEST(TfWhileLoopTest, ValueReadFromInsideALoopWithoutExitIsAnError) {
   GraphBuilder b;
@@ -346,6 +389,19 @@ TEST(TfWhileLoopTest, MergeWithoutNextIterationIsAnError) {
   ASSERT_FALSE(model.ok());
   EXPECT_TRUE(absl::StrContains(model.status().message(), "while/Merge")) << model.status();
   EXPECT_TRUE(absl::StrContains(model.status().message(), "NextIteration")) << model.status();
+}
+
+TEST(TfWhileLoopTest, FrameWithTwoLoopCondsIsAnError) {
+  GraphBuilder b;
+  WriteCounter(b, true);
+  b.Op("LoopCond", "while/LoopCond_1", {"while/Less"});
+  auto model = Save("while_two_loopconds", b,
+                    Signature({{"n", {"n:0", kI, {}}}}, {{"i", {"while/Exit:0", kI, {}}}}));
+  ASSERT_FALSE(model.ok());
+  EXPECT_TRUE(absl::StrContains(model.status().message(),
+                                "two LoopCond nodes, 'while/LoopCond' "
+                                "and 'while/LoopCond_1'"))
+      << model.status();
 }
 
 // TF refuses a loop body that reads a top-level tensor without an Enter ("has inputs from
