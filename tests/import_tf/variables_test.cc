@@ -336,6 +336,81 @@ TEST(TfVariablesTest, WriteThatTheResultOnlyWaitsForStillRuns) {
   EXPECT_EQ(*count->at("count").data<float>(), 3.f);
 }
 
+// TF2's automatic control dependencies: a tf.function's writes are control outputs of the call
+// (control_ret), and its results need not depend on them. Each call runs them, before the
+// results; a write behind an Identity in a control chain is refused by name.
+TEST(TfVariablesTest, WritesAmongACallsControlOutputsRun) {
+  using testing::GraphBuilder;
+  auto build = [](bool behind_identity) {
+    GraphBuilder b;
+    tensorflow::FunctionDef* f = b.AddFunction();
+    f->mutable_signature()->set_name("__inference_bump_3");
+    f->mutable_signature()->add_input_arg()->set_name("x");
+    f->mutable_signature()->add_input_arg()->set_name("counter");
+    f->mutable_signature()->add_output_arg()->set_name("y");
+    f->mutable_signature()->add_control_output("bump");
+    auto node = [&](const std::string& name, const std::string& op,
+                    const std::vector<std::string>& inputs) {
+      tensorflow::NodeDef* n = f->add_node_def();
+      n->set_name(name);
+      n->set_op(op);
+      for (const std::string& in : inputs) n->add_input(in);
+      return n;
+    };
+    tensorflow::NodeDef* two = node("two", "Const", {});
+    (*two->mutable_attr())["dtype"] = testing::TypeAttr(DType::kFloat32);
+    tensorflow::TensorProto* value = (*two->mutable_attr())["value"].mutable_tensor();
+    value->set_dtype(tensorflow::DT_FLOAT);
+    value->add_float_val(2);
+    node("bump", "AssignAddVariableOp", {"counter", "two:output:0"});
+    node("out", "Identity", {"x"});
+    if (behind_identity) {
+      node("wrapped", "Identity", {"two:output:0", "^bump"});
+      (*f->mutable_control_ret())["bump"] = "wrapped";
+    } else {
+      (*f->mutable_control_ret())["bump"] = "bump";
+    }
+    (*f->mutable_ret())["y"] = "out:output:0";
+    b.Placeholder("x", DType::kFloat32);
+    b.Variable("counter", "counter/.ATTRIBUTES/VARIABLE_VALUE", DType::kFloat32);
+    b.Op("StatefulPartitionedCall", "call", {"x", "counter"},
+         {{"f", testing::FuncAttr("__inference_bump_3")}});
+    return b;
+  };
+  auto save = [](GraphBuilder& b, const std::string& name) {
+    const std::string dir = testing::TempDir(name);
+    testing::SignatureSpec step;
+    step.key = "step";
+    step.inputs["x"] = {"x:0", DType::kFloat32, {-1}};
+    step.outputs["y"] = {"call:0", DType::kFloat32, {-1}};
+    testing::SignatureSpec get;
+    get.key = "get";
+    get.outputs["count"] = {"counter/Read:0", DType::kFloat32, {}};
+    EXPECT_TRUE(testing::WriteSavedModel(
+                    dir, b, {step, get},
+                    {{"counter/.ATTRIBUTES/VARIABLE_VALUE", Tensor::Scalar<float>(1.f)}})
+                    .ok());
+    return dir;
+  };
+  GraphBuilder direct = build(false);
+  auto model = Model::Load(save(direct, "control_ret_write"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int i = 0; i < 2; ++i) {
+    auto y = (*model)->Run("step", {{"x", Tensor::FromVector<float>({4.f})}});
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(*y->at("y").data<float>(), 4.f);
+  }
+  auto count = (*model)->Run("get", {});
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(*count->at("count").data<float>(), 5.f);  // 1 + 2 + 2
+
+  GraphBuilder hidden = build(true);
+  auto refused = Model::Load(save(hidden, "control_ret_hidden_write"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "'bump'")) << refused.status();
+}
+
 // A variable nothing but the initializer writes (every TF1 model's `w/Assign`) stays a
 // constant: TF Serving never runs the init op, so it is not state.
 TEST(TfVariablesTest, HalfPlusTwoHasNoMutableVariables) {

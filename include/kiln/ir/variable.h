@@ -20,8 +20,9 @@
 // variable of one import, and the graphs of every signature of that import share it through
 // their nodes' attributes. A fresh load makes fresh variables (starting from the checkpointed
 // value), so two loaded versions of a model have separate state, as TF Serving keeps one
-// Session per version. ir/op_traits.cc marks these operators nondeterministic, so that neither
-// the optimizer nor the plan compiler evaluates them ahead of time or merges two of them.
+// Session per version. ir/op_traits.cc marks the four variable operators nondeterministic, so
+// that neither the optimizer nor the plan compiler evaluates them ahead of time or merges two of
+// them (OrderAfter needs no entry: its inputs, writes among them, are never all constant).
 //
 // Thread safety: a Variable's value is read and written only under its mutex, and a kernel
 // holds it for the whole read-modify-write, so concurrent runs never lose an update.

@@ -72,15 +72,16 @@ absl::Status Converter::CheckControlDependencies(const Scope* scope, const NodeD
     const bool state_write = !restore_write && (absl::StartsWith(op, "Assign") ||
                                                 absl::StrContains(op, "Scatter"));
     if (state_write) {
-      // Writes a node names itself (or through NoOp groups) were converted and checked by
-      // ControlDependencyWrites; one reached otherwise (through a call's control outputs, an
-      // assertion, an Identity) would have nothing to order in a graph without control edges.
+      // Writes a node names itself (or through NoOp groups), and a called function's control
+      // outputs, were converted by converter_variables.cc and are not seen here; one reached
+      // otherwise (behind an assertion or an Identity in a control chain) would have nothing
+      // to order it in a graph without control edges.
       Scope where;
       where.body = item.body;
       return absl::UnimplementedError(absl::StrCat(
           DescribeNode(scope, node), " runs after the variable update ", DescribeNode(&where, n),
-          ": Kiln orders variable reads only after the writes a node's own control "
-          "dependencies (or NoOp groups) name"));
+          ": Kiln runs a variable write only where a node's own control dependencies (or "
+          "NoOp groups), or a called function's control outputs, name it"));
     }
     const bool known = FindOpConverter(op) != nullptr || IsCallOp(op) || IsVariableOp(op) ||
                        IsTableOp(op) || function_defs_.count(op) > 0 ||
