@@ -10,10 +10,16 @@
 // A deterministic map fills slots by input position; a nondeterministic one in the order its
 // calls finish (as the unfused pipeline would batch them).
 //
+// A MapIntoFn (map_into.h: an image Chain ending in decode -> resize -> normalize) goes one
+// step further and computes its image in the slot itself, so that nothing is copied: it asks
+// for the slot before it knows whether it will succeed, which takes the position early (a
+// nondeterministic call that then fails hands it to the next call, see BatchSlots::holes).
+//
 // The rewrite keeps both stages' options: the fused stage runs with the larger of the two
 // parallelism requests (kAutotune when either asks for it: it does both stages' work) and is
 // deterministic unless the Map or a parallel Batch allows otherwise.
 #include <cstring>
+#include <set>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +27,7 @@
 #include "data/nodes.h"
 #include "data/stage_steps.h"
 #include "kiln/core/status.h"
+#include "kiln/data/map_into.h"
 
 namespace kiln::data {
 namespace {
@@ -34,14 +41,33 @@ struct FusedSpec {
 
 struct BatchSlots {
   struct Batch {
-    std::vector<Tensor> tensors;  // [batch_size, ...] per component
+    // [batch_size, ...] per component; an entry stays invalid until the first element that
+    // has the component (a MapIntoFn allocates the slot of one component before the others
+    // are known).
+    std::vector<Tensor> tensors;
     decltype(Element::names) names;
     int64_t written = 0;  // slots filled
+    bool shaped = false;  // a whole result has set the number of components
   };
   std::mutex mu;
   std::unordered_map<int64_t, Batch> batches;  // by batch index
   int64_t next_slot = 0;                       // nondeterministic: slots handed out so far
+  // Nondeterministic: positions taken by a MapIntoFn call that then failed, handed out again
+  // (lowest first) before next_slot, so that every batch but the last is still full.
+  std::set<int64_t> holes;
 };
+
+// `from` (one element's component) into `slot` (a view of its batch slot, [1, ...]).
+void CopyIntoSlot(const Tensor& from, Tensor& slot) {
+  if (from.dtype() == DType::kString) {
+    const bool unique = from.buffer().use_count() == 1;
+    std::string* src = from.data<std::string>();
+    std::string* dst = slot.data<std::string>();
+    for (int64_t k = 0; k < from.num_elements(); ++k) dst[k] = unique ? std::move(src[k]) : src[k];
+  } else if (from.raw_data() != slot.raw_data()) {  // not already written there (map_into.h)
+    std::memcpy(slot.raw_data(), from.raw_data(), from.byte_size());
+  }
+}
 
 // The error StackElements gives for the same mismatch, naming the batch and the element.
 absl::Status CheckFits(const Element& element, const std::vector<Tensor>& batch, int64_t index,
@@ -84,43 +110,59 @@ class MapIntoSlotsStage : public OneElementStage {
 
  protected:
   absl::Status Process(InputUnit& unit, Element* out) override {
-    absl::StatusOr<Element> result = fn_(std::move(unit.element));
-    if (!result.ok()) return result.status();
+    // Where this element goes: taken by the first slot allocation of a MapIntoFn, else once
+    // the result is known (so that a failed call never holds a slot).
+    int64_t position = -1;
+    absl::StatusOr<Element> result;
+    const MapIntoFn* into = fn_.target<MapIntoFn>();
+    if (into != nullptr && into->into) {
+      auto allocate = [&](int component, DType dtype,
+                          const Shape& shape) -> absl::StatusOr<Tensor> {
+        std::lock_guard<std::mutex> lock(slots_->mu);
+        if (position < 0) position = TakePositionLocked(unit.seq);
+        return SlotLocked(position, component, dtype, shape);
+      };
+      result = into->into(std::move(unit.element), allocate);
+    } else {
+      result = fn_(std::move(unit.element));
+    }
+    if (!result.ok()) {
+      ReleasePosition(position);
+      return result.status();
+    }
     std::vector<Tensor> batch;
     int64_t index = 0, slot = 0;
     {
       std::lock_guard<std::mutex> lock(slots_->mu);
-      const int64_t position = deterministic_ ? unit.seq : slots_->next_slot;
-      index = position / batch_size_;
-      slot = position % batch_size_;
+      const int64_t at = position >= 0 ? position : NextPositionLocked(unit.seq);
+      index = at / batch_size_;
+      slot = at % batch_size_;
       BatchSlots::Batch& b = slots_->batches[index];
-      if (b.tensors.empty()) {
-        for (const Tensor& t : result->tensors) {
+      if (!b.shaped) {  // the first result to arrive gives the batch its components
+        b.shaped = true;
+        if (b.tensors.size() < result->size()) b.tensors.resize(result->size());
+        for (size_t c = 0; c < result->size(); ++c) {
+          if (b.tensors[c].valid()) continue;
+          const Tensor& t = (*result)[c];
           Shape shape = t.shape();
           shape.insert(0, batch_size_);
-          b.tensors.emplace_back(t.dtype(), shape);
+          b.tensors[c] = Tensor(t.dtype(), shape);
         }
-        b.names = result->names;
       }
+      if (!b.names) b.names = result->names;
       // Checked before a slot is taken, so that a nondeterministic batch never waits for a
-      // slot that will not be written.
-      KILN_RETURN_IF_ERROR(CheckFits(*result, b.tensors, index, slot));
-      if (!deterministic_) ++slots_->next_slot;
+      // slot that will not be written (a slot a MapIntoFn took goes back to the holes).
+      if (absl::Status fits = CheckFits(*result, b.tensors, index, slot); !fits.ok()) {
+        if (position >= 0 && !deterministic_) slots_->holes.insert(position);
+        return fits;
+      }
+      if (position < 0 && !deterministic_) TakePositionLocked(unit.seq);
       batch = b.tensors;  // shares the buffers
     }
     out->tensors.clear();
     for (size_t c = 0; c < batch.size(); ++c) {
-      const Tensor& t = (*result)[c];
       Tensor view = batch[c].Slice(slot, slot + 1);
-      if (t.dtype() == DType::kString) {
-        const bool unique = t.buffer().use_count() == 1;
-        std::string* from = t.data<std::string>();
-        std::string* to = view.data<std::string>();
-        for (int64_t k = 0; k < t.num_elements(); ++k)
-          to[k] = unique ? std::move(from[k]) : from[k];
-      } else {
-        std::memcpy(view.raw_data(), t.raw_data(), t.byte_size());
-      }
+      CopyIntoSlot((*result)[c], view);
       out->tensors.push_back(std::move(view));
     }
     std::lock_guard<std::mutex> lock(slots_->mu);
@@ -130,6 +172,62 @@ class MapIntoSlotsStage : public OneElementStage {
   bool one_to_one() const override { return true; }
 
  private:
+  // The position the next call would take: its input position in order, else the lowest
+  // hole or the next new slot.
+  int64_t NextPositionLocked(int64_t seq) const {
+    if (deterministic_) return seq;
+    return slots_->holes.empty() ? slots_->next_slot : *slots_->holes.begin();
+  }
+  int64_t TakePositionLocked(int64_t seq) {
+    const int64_t position = NextPositionLocked(seq);
+    if (!deterministic_) {
+      if (!slots_->holes.empty() && *slots_->holes.begin() == position) {
+        slots_->holes.erase(slots_->holes.begin());
+      } else {
+        ++slots_->next_slot;
+      }
+    }
+    return position;
+  }
+  // In order a failed element fails its batch and keeps its place; as finished, its slot is
+  // handed to the next call.
+  void ReleasePosition(int64_t position) {
+    if (position < 0 || deterministic_) return;
+    std::lock_guard<std::mutex> lock(slots_->mu);
+    slots_->holes.insert(position);
+  }
+
+  // A view [shape] of `position`'s slot in component `component`, creating the batch's
+  // tensor for it, or the error CheckFits gives when the batch's tensor differs.
+  absl::StatusOr<Tensor> SlotLocked(int64_t position, int component, DType dtype,
+                                    const Shape& shape) {
+    const int64_t index = position / batch_size_, slot = position % batch_size_;
+    BatchSlots::Batch& b = slots_->batches[index];
+    if (component < 0) return absl::InternalError("map_into: negative component");
+    if (b.tensors.size() <= static_cast<size_t>(component)) b.tensors.resize(component + 1);
+    Tensor& t = b.tensors[component];
+    if (!t.valid()) {
+      Shape batch_shape = shape;
+      batch_shape.insert(0, batch_size_);
+      t = Tensor(dtype, batch_shape);
+    }
+    Shape expected = t.shape();
+    expected.erase(0);
+    if (t.dtype() != dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Cannot batch tensors with different dtypes in component ", component,
+                       ". Batch ", index, " started with dtype ", DTypeName(t.dtype()),
+                       " and its element ", slot, " had dtype ", DTypeName(dtype)));
+    }
+    if (shape != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Cannot batch tensors with different shapes in component ", component,
+                       ". Batch ", index, " started with element shape ", expected.ToString(),
+                       " and its element ", slot, " had shape ", shape.ToString(), "."));
+    }
+    return t.SubTensor(slot);
+  }
+
   const MapFn& fn_;
   const int64_t batch_size_;
   const bool deterministic_;
@@ -227,11 +325,52 @@ class MapAndBatchIterator : public IteratorBase {
       KILN_RETURN_IF_ERROR(map_->GetNext(&slot_view, &input_end));
       if (input_end) {
         // Every call has finished: the last batch holds what was written.
+        FillHoles();
         BatchSlots::Batch batch = TakeBatch(next_index_);
         const int64_t n = batch.written;
         if (n > 0) ++next_index_;
         return Deliver(std::move(batch), n, out, end);
       }
+    }
+  }
+
+  // Nondeterministic, once every call has finished: holes left by failed MapIntoFn calls
+  // (nothing came after them to fill them) are filled with the elements of the last positions,
+  // so that, as without the holes, only the last batch is short. Batches below next_index_
+  // were all full, so the holes are all at or above it.
+  void FillHoles() {
+    std::lock_guard<std::mutex> lock(slots_->mu);
+    if (slots_->holes.empty()) return;
+    const int64_t batch_size = spec_.batch_size;
+    const int64_t first = next_index_ * batch_size;
+    int64_t to = first;
+    for (int64_t from = first; from < slots_->next_slot; ++from) {
+      if (slots_->holes.count(from) > 0) continue;
+      if (from != to) {
+        BatchSlots::Batch& source = slots_->batches[from / batch_size];
+        BatchSlots::Batch& target = slots_->batches[to / batch_size];
+        if (target.tensors.size() < source.tensors.size()) {
+          target.tensors.resize(source.tensors.size());
+        }
+        target.shaped = true;
+        for (size_t c = 0; c < source.tensors.size(); ++c) {
+          if (!target.tensors[c].valid()) {
+            target.tensors[c] = Tensor(source.tensors[c].dtype(), source.tensors[c].shape());
+          }
+          Tensor slot = target.tensors[c].Slice(to % batch_size, to % batch_size + 1);
+          CopyIntoSlot(source.tensors[c].Slice(from % batch_size, from % batch_size + 1), slot);
+        }
+        if (!target.names) target.names = source.names;
+        ++target.written;
+        --source.written;
+      }
+      ++to;
+    }
+    slots_->holes.clear();
+    slots_->next_slot = to;
+    for (auto it = slots_->batches.begin(); it != slots_->batches.end();) {
+      it = it->second.written == 0 && it->first * batch_size >= to ? slots_->batches.erase(it)
+                                                                   : std::next(it);
     }
   }
 

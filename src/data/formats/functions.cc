@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/data/map_into.h"
 
 namespace kiln::data::formats {
 namespace {
@@ -61,6 +62,81 @@ absl::StatusOr<Tensor> DecodeImages(
   }
   return out;
 }
+
+// decode_jpeg, resize and normalize keep what they were built with, so that Chain can find a
+// decode_jpeg -> resize [-> normalize] on one component and run it as DecodeJpegResized.
+struct ImageStep {
+  enum Kind { kDecodeJpeg, kResize, kNormalize } kind;
+  Component input;
+  JpegDecodeOptions options;
+  int64_t height = 0, width = 0;
+  std::vector<float> mean, stddev;
+  float scale = 1.0f;
+  MapFn plain;  // the function itself
+
+  absl::StatusOr<Element> operator()(Element element) const { return plain(std::move(element)); }
+};
+
+MapFn RunInOrder(std::vector<MapFn> functions) {
+  if (functions.size() == 1) return std::move(functions[0]);
+  return [functions = std::move(functions)](Element element) -> absl::StatusOr<Element> {
+    for (const MapFn& fn : functions) {
+      KILN_ASSIGN_OR_RETURN(element, fn(std::move(element)));
+    }
+    return element;
+  };
+}
+
+// decode_jpeg -> resize [-> normalize] on one component as one DecodeJpegResized call: the
+// decoded image is never held whole. Inputs it does not take (a batch of encoded images, a
+// mean that may not fit the image's channels) run the steps apart; either way the result and
+// the errors are the steps'.
+struct FusedImage {
+  Component input = 0;
+  JpegDecodeOptions options;
+  int64_t height = 0, width = 0;
+  bool normalize = false;
+  std::vector<float> mean, stddev;
+  float scale = 1.0f;
+  MapFn unfused;
+
+  absl::StatusOr<Element> Run(Element element, const SlotAllocator* allocate) const {
+    KILN_ASSIGN_OR_RETURN(int index, input.Resolve(element));
+    const Tensor& encoded = element.tensors[index];
+    if (encoded.dtype() != DType::kString || encoded.rank() != 0 || height <= 0 || width <= 0 ||
+        !NormalizeFits()) {
+      return unfused(std::move(element));
+    }
+    const NormalizeArgs args{mean, stddev, scale};
+    absl::Status slot_error;
+    JpegOutputFn output;
+    if (allocate != nullptr) {
+      output = [&](const Shape& shape) -> absl::StatusOr<Tensor> {
+        absl::StatusOr<Tensor> slot = (*allocate)(index, DType::kFloat32, shape);
+        if (!slot.ok()) slot_error = slot.status();
+        return slot;
+      };
+    }
+    absl::StatusOr<Tensor> image =
+        DecodeJpegResized(encoded.data<std::string>()[0], options, height, width,
+                          normalize ? &args : nullptr, allocate != nullptr ? &output : nullptr);
+    if (!slot_error.ok()) return slot_error;
+    if (!image.ok()) {
+      return Annotate(image.status(), absl::StrCat("decode_jpeg on component ", input.ToString()));
+    }
+    element.tensors[index] = *std::move(image);
+    return element;
+  }
+
+  // Normalize's check, decided before decoding when the channel count is known then.
+  bool NormalizeFits() const {
+    if (!normalize) return true;
+    if (mean.size() == 1 && stddev.size() == 1) return true;
+    const size_t c = static_cast<size_t>(options.channels);
+    return c != 0 && (mean.size() == 1 || mean.size() == c) &&
+           (stddev.size() == 1 || stddev.size() == c);
+  }
+};
 
 }  // namespace
 
@@ -149,10 +225,13 @@ MapFn ParseExampleFn(ExampleSpec spec, Component input) {
 }
 
 MapFn DecodeJpegFn(Component input, JpegDecodeOptions options) {
-  return ReplaceComponent(std::move(input), "decode_jpeg", [options](const Tensor& t) {
+  ImageStep step{ImageStep::kDecodeJpeg, input};
+  step.options = options;
+  step.plain = ReplaceComponent(std::move(input), "decode_jpeg", [options](const Tensor& t) {
     return DecodeImages(t, "decode_jpeg",
                         [&](absl::string_view bytes) { return DecodeJpeg(bytes, options); });
   });
+  return step;
 }
 
 MapFn DecodePngFn(Component input, int channels, DType dtype) {
@@ -163,16 +242,25 @@ MapFn DecodePngFn(Component input, int channels, DType dtype) {
 }
 
 MapFn ResizeFn(Component input, int64_t height, int64_t width) {
-  return ReplaceComponent(std::move(input), "resize", [height, width](const Tensor& t) {
+  ImageStep step{ImageStep::kResize, input};
+  step.height = height;
+  step.width = width;
+  step.plain = ReplaceComponent(std::move(input), "resize", [height, width](const Tensor& t) {
     return ResizeBilinear(t, height, width);
   });
+  return step;
 }
 
 MapFn NormalizeFn(Component input, std::vector<float> mean, std::vector<float> stddev,
                   float scale) {
-  return ReplaceComponent(std::move(input), "normalize",
-                          [mean = std::move(mean), stddev = std::move(stddev),
-                           scale](const Tensor& t) { return Normalize(t, mean, stddev, scale); });
+  ImageStep step{ImageStep::kNormalize, input};
+  step.mean = mean;
+  step.stddev = stddev;
+  step.scale = scale;
+  step.plain = ReplaceComponent(std::move(input), "normalize",
+                                [mean = std::move(mean), stddev = std::move(stddev), scale](
+                                    const Tensor& t) { return Normalize(t, mean, stddev, scale); });
+  return step;
 }
 
 MapFn CastFn(Component input, DType dtype) {
@@ -186,12 +274,54 @@ MapFn OneHotFn(Component input, int64_t depth, float on, float off) {
 }
 
 MapFn Chain(std::vector<MapFn> functions) {
-  return [functions = std::move(functions)](Element element) -> absl::StatusOr<Element> {
-    for (const MapFn& fn : functions) {
-      KILN_ASSIGN_OR_RETURN(element, fn(std::move(element)));
+  // Each decode_jpeg -> resize [-> normalize] on one component becomes one FusedImage.
+  std::vector<MapFn> steps;
+  std::shared_ptr<const FusedImage> last_fused;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    last_fused = nullptr;
+    const ImageStep* decode = functions[i].target<ImageStep>();
+    const ImageStep* resize =
+        i + 1 < functions.size() ? functions[i + 1].target<ImageStep>() : nullptr;
+    if (decode == nullptr || decode->kind != ImageStep::kDecodeJpeg || resize == nullptr ||
+        resize->kind != ImageStep::kResize || !(resize->input == decode->input)) {
+      steps.push_back(std::move(functions[i]));
+      continue;
     }
-    return element;
+    const ImageStep* normalize =
+        i + 2 < functions.size() ? functions[i + 2].target<ImageStep>() : nullptr;
+    if (normalize != nullptr &&
+        (normalize->kind != ImageStep::kNormalize || !(normalize->input == decode->input))) {
+      normalize = nullptr;
+    }
+    auto fused = std::make_shared<FusedImage>();
+    fused->input = decode->input;
+    fused->options = decode->options;
+    fused->height = resize->height;
+    fused->width = resize->width;
+    std::vector<MapFn> unfused = {decode->plain, resize->plain};
+    if (normalize != nullptr) {
+      fused->normalize = true;
+      fused->mean = normalize->mean;
+      fused->stddev = normalize->stddev;
+      fused->scale = normalize->scale;
+      unfused.push_back(normalize->plain);
+    }
+    fused->unfused = RunInOrder(std::move(unfused));
+    i += normalize != nullptr ? 2 : 1;
+    steps.push_back([fused](Element element) { return fused->Run(std::move(element), nullptr); });
+    last_fused = fused;
+  }
+  MapFn plain = RunInOrder(steps);
+  if (last_fused == nullptr) return plain;
+  // The last step can write its image into a batch slot (map_into.h).
+  steps.pop_back();
+  MapFn before = RunInOrder(std::move(steps));
+  auto into = [before = std::move(before), last_fused](
+                  Element element, SlotAllocator allocate) -> absl::StatusOr<Element> {
+    KILN_ASSIGN_OR_RETURN(element, before(std::move(element)));
+    return last_fused->Run(std::move(element), &allocate);
   };
+  return MapIntoFn{std::move(plain), std::move(into)};
 }
 
 }  // namespace kiln::data::formats

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,10 +60,31 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
   if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) error->truncated = true;
 }
 
+// Receives a JPEG's rows as libjpeg produces them, top to bottom: DecodeJpeg writes them into
+// its output tensor, DecodeJpegResized into a ring of rows that its resize consumes at once.
+// A sink lives in the caller's frame and its methods return before libjpeg runs again, so a
+// longjmp out of libjpeg never skips one of their destructors.
+class JpegRowSink {
+ public:
+  virtual ~JpegRowSink() = default;
+  // The output's size, once, before any row; false stops the decode (kAborted).
+  virtual bool Start(int64_t height, int64_t width, int channels) = 0;
+  // Where row y goes. The rows asked for in one step are distinct and are written before
+  // RowsDone.
+  virtual uint8_t* Row(int64_t y) = 0;
+  // Rows [0, upto) are decoded.
+  virtual void RowsDone(int64_t upto) = 0;
+};
+
+enum class JpegDecodeResult { kOk, kError, kAborted };
+
+// At most this many rows are asked of libjpeg per step (JpegRowSink::Row).
+constexpr int kJpegRowsPerStep = 16;
+
 // Kept free of C++ objects with destructors between setjmp and the end, so that longjmp
 // skips nothing that must be destroyed.
-bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, Tensor* out,
-                    std::string* error_message) {
+JpegDecodeResult DecodeJpegRows(absl::string_view bytes, const JpegDecodeOptions& options,
+                                JpegRowSink* sink, std::string* error_message) {
   jpeg_decompress_struct cinfo;
   JpegError error;
   error.truncated = false;
@@ -73,7 +95,7 @@ bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, T
   if (setjmp(error.jump)) {
     jpeg_destroy_decompress(&cinfo);
     *error_message = error.message;
-    return false;
+    return JpegDecodeResult::kError;
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
@@ -89,15 +111,17 @@ bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, T
     std::longjmp(error.jump, 1);
   }
   jpeg_start_decompress(&cinfo);
-  *out = Tensor(DType::kUInt8, Shape{cinfo.output_height, cinfo.output_width, channels});
-  const size_t stride = static_cast<size_t>(cinfo.output_width) * channels;
-  auto* base = out->data<uint8_t>();
-  JSAMPROW rows[16];
+  if (!sink->Start(cinfo.output_height, cinfo.output_width, channels)) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegDecodeResult::kAborted;
+  }
+  JSAMPROW rows[kJpegRowsPerStep];
   while (cinfo.output_scanline < cinfo.output_height) {
-    const int count = std::min<int>(16, cinfo.output_height - cinfo.output_scanline);
-    for (int i = 0; i < count; ++i) rows[i] = base + (cinfo.output_scanline + i) * stride;
+    const int count = std::min<int>(kJpegRowsPerStep, cinfo.output_height - cinfo.output_scanline);
+    for (int i = 0; i < count; ++i) rows[i] = sink->Row(cinfo.output_scanline + i);
     if (jpeg_read_scanlines(&cinfo, rows, count) == 0) break;
     if (error.truncated) break;
+    sink->RowsDone(cinfo.output_scanline);
   }
   if (error.truncated) {
     std::snprintf(error.message, sizeof(error.message), "JPEG data ends early (truncated file)");
@@ -105,8 +129,27 @@ bool DecodeJpegInto(absl::string_view bytes, const JpegDecodeOptions& options, T
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  return true;
+  return JpegDecodeResult::kOk;
 }
+
+// The whole image into a new uint8 tensor.
+class TensorRowSink : public JpegRowSink {
+ public:
+  explicit TensorRowSink(Tensor* out) : out_(out) {}
+  bool Start(int64_t height, int64_t width, int channels) override {
+    *out_ = Tensor(DType::kUInt8, Shape{height, width, channels});
+    base_ = out_->data<uint8_t>();
+    stride_ = static_cast<size_t>(width) * channels;
+    return true;
+  }
+  uint8_t* Row(int64_t y) override { return base_ + y * stride_; }
+  void RowsDone(int64_t) override {}
+
+ private:
+  Tensor* out_;
+  uint8_t* base_ = nullptr;
+  size_t stride_ = 0;
+};
 
 struct JpegDestination {
   unsigned char* buffer = nullptr;
@@ -317,69 +360,133 @@ void InterpolateRowRgb(const float* row, const std::vector<Interpolation>& xs, f
 }
 #endif
 
+// TensorFlow's arithmetic, one helper each so that every path (the resize alone, Normalize
+// alone, and the fused decode-resize-normalize) computes each value with the same
+// operations and hence the same bits.
+inline float Lerp(float from, float to, float t) { return from + (to - from) * t; }
+inline float NormalizeValue(float x, float scale, float mean, float stddev) {
+  return (x * scale - mean) / stddev;
+}
+
+// Per-channel normalize constants laid out along one output row ([width * channels]), so that
+// the fused vertical pass indexes them like the row itself.
+struct RowNormalize {
+  const float* mean;
+  const float* stddev;
+  float scale;
+};
+
 // Separable form of TensorFlow's resize_bilinear: each output row needs the horizontally
 // interpolated input rows `lower` and `upper`, which are computed once and reused by the next
 // output row when it shares them; the vertical pass is then a contiguous, vectorized loop.
 // The arithmetic per output value is TensorFlow's: top + (bottom - top) * y_lerp with
 // top = top_left + (top_right - top_left) * x_lerp.
+//
+// Rows are pulled in order: Advance(available, row) emits every output row whose input rows
+// are below `available`, reading input row r as row(r). The input rows it reads never go back
+// by more than one below `available` of the previous call (lower >= upper - 1 and the rows an
+// output row needs never decrease), which lets a JPEG decode feed it through a small ring of
+// rows instead of a whole decoded image.
 template <typename T>
-void ResizeImage(const T* in, int64_t in_w, int64_t c, float* out,
-                 const std::vector<Interpolation>& ys, const std::vector<Interpolation>& xs,
-                 std::vector<float>* scratch) {
-  const int64_t in_row = in_w * c;
-  const int64_t out_row = static_cast<int64_t>(xs.size()) * c;
-  // One float of padding after each buffer (see InterpolateRowRgb).
-  scratch->assign(in_row + 2 * out_row + 3, 0.0f);
-  float* converted = scratch->data();
-  float* rows[2] = {converted + in_row + 1, converted + in_row + out_row + 2};
-  int64_t cached[2] = {-1, -1};  // input row offset held by rows[i]
-  auto horizontal = [&](int64_t offset, float* dst) {
-    const T* src = in + offset;
-    for (int64_t i = 0; i < in_row; ++i) converted[i] = static_cast<float>(src[i]);
-    switch (c) {
+class RowResizer {
+ public:
+  RowResizer(int64_t in_w, int64_t c, const std::vector<Interpolation>& ys,
+             const std::vector<Interpolation>& xs, std::vector<float>* scratch, float* out,
+             const RowNormalize* normalize)
+      : c_(c),
+        in_row_(in_w * c),
+        out_row_(static_cast<int64_t>(xs.size()) * c),
+        ys_(ys),
+        xs_(xs),
+        out_(out),
+        normalize_(normalize) {
+    // One float of padding after each buffer (see InterpolateRowRgb).
+    scratch->assign(in_row_ + 2 * out_row_ + 3, 0.0f);
+    converted_ = scratch->data();
+    rows_[0] = converted_ + in_row_ + 1;
+    rows_[1] = converted_ + in_row_ + out_row_ + 2;
+  }
+
+  template <typename RowFn>
+  void Advance(int64_t available, RowFn row) {
+    for (; next_ < static_cast<int64_t>(ys_.size()); ++next_) {
+      const Interpolation& y = ys_[next_];
+      if (y.upper >= available) return;
+      if (cached_[0] != y.lower) {
+        if (cached_[1] == y.lower) {  // moved down one input row: the old bottom is the new top
+          std::swap(rows_[0], rows_[1]);
+          std::swap(cached_[0], cached_[1]);
+        } else {
+          Horizontal(row(y.lower), rows_[0]);
+          cached_[0] = y.lower;
+        }
+      }
+      if (cached_[1] != y.upper) {
+        if (y.upper == y.lower) {
+          std::memcpy(rows_[1], rows_[0], out_row_ * sizeof(float));
+        } else {
+          Horizontal(row(y.upper), rows_[1]);
+        }
+        cached_[1] = y.upper;
+      }
+      const float* top = rows_[0];
+      const float* bottom = rows_[1];
+      const float y_lerp = y.lerp;
+      float* out = out_ + next_ * out_row_;
+      if (normalize_ == nullptr) {
+        for (int64_t j = 0; j < out_row_; ++j) out[j] = Lerp(top[j], bottom[j], y_lerp);
+      } else {
+        const float* mean = normalize_->mean;
+        const float* stddev = normalize_->stddev;
+        const float scale = normalize_->scale;
+        for (int64_t j = 0; j < out_row_; ++j) {
+          out[j] = NormalizeValue(Lerp(top[j], bottom[j], y_lerp), scale, mean[j], stddev[j]);
+        }
+      }
+    }
+  }
+
+ private:
+  void Horizontal(const T* src, float* dst) {
+    for (int64_t i = 0; i < in_row_; ++i) converted_[i] = static_cast<float>(src[i]);
+    switch (c_) {
       case 1:
-        InterpolateRow<1>(converted, c, xs, dst);
+        InterpolateRow<1>(converted_, c_, xs_, dst);
         break;
       case 3:
 #if defined(__SSE2__)
-        InterpolateRowRgb(converted, xs, dst);
+        InterpolateRowRgb(converted_, xs_, dst);
 #else
-        InterpolateRow<3>(converted, c, xs, dst);
+        InterpolateRow<3>(converted_, c_, xs_, dst);
 #endif
         break;
       case 4:
-        InterpolateRow<4>(converted, c, xs, dst);
+        InterpolateRow<4>(converted_, c_, xs_, dst);
         break;
       default:
-        InterpolateRow<0>(converted, c, xs, dst);
+        InterpolateRow<0>(converted_, c_, xs_, dst);
         break;
     }
-  };
-  for (const Interpolation& y : ys) {
-    const int64_t lower = y.lower * in_row, upper = y.upper * in_row;
-    if (cached[0] != lower) {
-      if (cached[1] == lower) {  // moved down one input row: the old bottom is the new top
-        std::swap(rows[0], rows[1]);
-        std::swap(cached[0], cached[1]);
-      } else {
-        horizontal(lower, rows[0]);
-        cached[0] = lower;
-      }
-    }
-    if (cached[1] != upper) {
-      if (upper == lower) {
-        std::memcpy(rows[1], rows[0], out_row * sizeof(float));
-      } else {
-        horizontal(upper, rows[1]);
-      }
-      cached[1] = upper;
-    }
-    const float* top = rows[0];
-    const float* bottom = rows[1];
-    const float y_lerp = y.lerp;
-    for (int64_t j = 0; j < out_row; ++j) out[j] = top[j] + (bottom[j] - top[j]) * y_lerp;
-    out += out_row;
   }
+
+  const int64_t c_, in_row_, out_row_;
+  const std::vector<Interpolation>& ys_;
+  const std::vector<Interpolation>& xs_;
+  float* const out_;
+  const RowNormalize* const normalize_;
+  float* converted_;
+  float* rows_[2];
+  int64_t cached_[2] = {-1, -1};  // input row held by rows_[i]
+  int64_t next_ = 0;              // next output row
+};
+
+template <typename T>
+void ResizeImage(const T* in, int64_t in_h, int64_t in_w, int64_t c, float* out,
+                 const std::vector<Interpolation>& ys, const std::vector<Interpolation>& xs,
+                 std::vector<float>* scratch) {
+  RowResizer<T> resizer(in_w, c, ys, xs, scratch, out, nullptr);
+  const int64_t in_row = in_w * c;
+  resizer.Advance(in_h, [&](int64_t r) { return in + r * in_row; });
 }
 
 template <typename T>
@@ -391,7 +498,7 @@ void ResizeBatch(const Tensor& images, int64_t n, int64_t h, int64_t w, int64_t 
   float* dst = out->data<float>();
   std::vector<float> scratch;
   for (int64_t i = 0; i < n; ++i) {
-    ResizeImage<T>(in + i * h * w * c, w, c, dst + i * out_h * out_w * c, ys, xs, &scratch);
+    ResizeImage<T>(in + i * h * w * c, h, w, c, dst + i * out_h * out_w * c, ys, xs, &scratch);
   }
 }
 
@@ -411,6 +518,93 @@ To ConvertValue(From v) {
     return static_cast<To>(v);
   }
 }
+
+absl::Status InvalidJpeg(absl::string_view bytes, const std::string& message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("decode_jpeg: invalid JPEG data (", bytes.size(), " bytes): ", message));
+}
+
+// Decoded rows go through a ring of kRingRows rows straight into a RowResizer: the decoded
+// image is never held whole (no allocation or page faults for it, and the rows are still in
+// L1 when the horizontal pass reads them). The resizer reads rows at most one below what was
+// decoded before (see RowResizer), so one row more than libjpeg writes per step suffices.
+class ResizeRowSink : public JpegRowSink {
+ public:
+  static constexpr int kRingRows = kJpegRowsPerStep + 1;
+
+  ResizeRowSink(int64_t height, int64_t width, const NormalizeArgs* normalize,
+                const JpegOutputFn* output)
+      : height_(height), width_(width), normalize_(normalize), output_(output) {}
+
+  bool Start(int64_t in_h, int64_t in_w, int channels) override {
+    if (normalize_ != nullptr) {
+      auto fits = [&](absl::Span<const float> values) {
+        return values.size() == 1 || static_cast<int64_t>(values.size()) == channels;
+      };
+      if (!fits(normalize_->mean) || !fits(normalize_->stddev)) {
+        // Normalize's error, after DecodeJpeg's errors: the caller runs the three apart.
+        unfused_ = true;
+        return false;
+      }
+      const int64_t row = width_ * channels;
+      mean_row_.resize(row);
+      stddev_row_.resize(row);
+      for (int64_t j = 0; j < row; ++j) {
+        const int64_t k = j % channels;
+        mean_row_[j] = normalize_->mean.size() == 1 ? normalize_->mean[0] : normalize_->mean[k];
+        stddev_row_[j] =
+            normalize_->stddev.size() == 1 ? normalize_->stddev[0] : normalize_->stddev[k];
+      }
+      row_normalize_ = RowNormalize{mean_row_.data(), stddev_row_.data(), normalize_->scale};
+    }
+    const Shape shape{height_, width_, channels};
+    if (output_ != nullptr) {
+      absl::StatusOr<Tensor> out = (*output_)(shape);
+      if (!out.ok()) {
+        status_ = out.status();
+        return false;
+      }
+      if (out->dtype() != DType::kFloat32 || out->shape() != shape) {
+        status_ = absl::InternalError(
+            absl::StrCat("decode_jpeg: the output given for ", shape.ToString(), " is ",
+                         DTypeName(out->dtype()), out->shape().ToString()));
+        return false;
+      }
+      out_ = *std::move(out);
+    } else {
+      out_ = Tensor(DType::kFloat32, shape);
+    }
+    stride_ = in_w * channels;
+    ring_.resize(static_cast<size_t>(kRingRows) * stride_);
+    ys_ = InterpolationWeights(height_, in_h, 1);
+    xs_ = InterpolationWeights(width_, in_w, channels);
+    resizer_.emplace(in_w, channels, ys_, xs_, &scratch_, out_.data<float>(),
+                     normalize_ != nullptr ? &row_normalize_ : nullptr);
+    return true;
+  }
+  uint8_t* Row(int64_t y) override { return ring_.data() + (y % kRingRows) * stride_; }
+  void RowsDone(int64_t upto) override {
+    resizer_->Advance(upto, [this](int64_t y) { return Row(y); });
+  }
+
+  Tensor& out() { return out_; }
+  const absl::Status& status() const { return status_; }
+  bool unfused() const { return unfused_; }
+
+ private:
+  const int64_t height_, width_;
+  const NormalizeArgs* normalize_;
+  const JpegOutputFn* output_;
+  absl::Status status_;
+  bool unfused_ = false;
+  Tensor out_;
+  int64_t stride_ = 0;
+  std::vector<uint8_t> ring_;
+  std::vector<float> scratch_, mean_row_, stddev_row_;
+  RowNormalize row_normalize_{};
+  std::vector<Interpolation> ys_, xs_;
+  std::optional<RowResizer<uint8_t>> resizer_;
+};
 
 }  // namespace
 
@@ -434,11 +628,44 @@ absl::StatusOr<Tensor> DecodeJpeg(absl::string_view bytes, const JpegDecodeOptio
   }
   Tensor out;
   std::string message;
-  if (!DecodeJpegInto(bytes, options, &out, &message)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("decode_jpeg: invalid JPEG data (", bytes.size(), " bytes): ", message));
+  TensorRowSink sink(&out);
+  if (DecodeJpegRows(bytes, options, &sink, &message) != JpegDecodeResult::kOk) {
+    return InvalidJpeg(bytes, message);
   }
   return out;
+}
+
+absl::StatusOr<Tensor> DecodeJpegResized(absl::string_view bytes, const JpegDecodeOptions& options,
+                                         int64_t height, int64_t width,
+                                         const NormalizeArgs* normalize,
+                                         const JpegOutputFn* output) {
+  if (options.channels != 0 && options.channels != 1 && options.channels != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_jpeg: channels must be 0, 1 or 3, not ", options.channels));
+  }
+  if (!LooksLikeJpeg(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode_jpeg: input is not a JPEG (", bytes.size(), " bytes, ", FirstBytes(bytes), ")"));
+  }
+  if (height <= 0 || width <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resize: size must be positive, got ", height, "x", width));
+  }
+  ResizeRowSink sink(height, width, normalize, output);
+  std::string message;
+  switch (DecodeJpegRows(bytes, options, &sink, &message)) {
+    case JpegDecodeResult::kOk:
+      return std::move(sink.out());
+    case JpegDecodeResult::kAborted: {
+      if (!sink.unfused()) return sink.status();
+      KILN_ASSIGN_OR_RETURN(Tensor image, DecodeJpeg(bytes, options));
+      KILN_ASSIGN_OR_RETURN(Tensor resized, ResizeBilinear(image, height, width));
+      return Normalize(resized, normalize->mean, normalize->stddev, normalize->scale);
+    }
+    case JpegDecodeResult::kError:
+      break;
+  }
+  return InvalidJpeg(bytes, message);
 }
 
 absl::StatusOr<Tensor> DecodePng(absl::string_view bytes, int channels, DType dtype) {
@@ -579,11 +806,11 @@ absl::StatusOr<Tensor> Normalize(const Tensor& images, absl::Span<const float> m
       int64_t i = 0;
       for (; i + block <= n; i += block) {
         for (int64_t j = 0; j < block; ++j) {
-          dst[i + j] = (ConvertValue<float>(src[i + j]) * scale - mp[j]) / sp[j];
+          dst[i + j] = NormalizeValue(ConvertValue<float>(src[i + j]), scale, mp[j], sp[j]);
         }
       }
       for (int64_t j = 0; i + j < n; ++j) {
-        dst[i + j] = (ConvertValue<float>(src[i + j]) * scale - mp[j]) / sp[j];
+        dst[i + j] = NormalizeValue(ConvertValue<float>(src[i + j]), scale, mp[j], sp[j]);
       }
     }
   });

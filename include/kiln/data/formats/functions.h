@@ -25,6 +25,7 @@ class Component {
   Component(const char* name) : name_(name) {}             // NOLINT(runtime/explicit)
   absl::StatusOr<int> Resolve(const Element& element) const;
   std::string ToString() const;
+  bool operator==(const Component& other) const = default;
 
  private:
   int index_ = -1;
@@ -47,7 +48,10 @@ MapFn CastFn(Component input, DType dtype);
 MapFn OneHotFn(Component input, int64_t depth, float on = 1.0f, float off = 0.0f);
 
 // The functions applied in order as one MapFn: one parallel map stage instead of several
-// (what tf.data's map_fusion optimization does), saving a hand-off per function.
+// (what tf.data's map_fusion optimization does), saving a hand-off per function. A
+// DecodeJpegFn -> ResizeFn [-> NormalizeFn] on one component runs as one DecodeJpegResized
+// (same results and errors, without holding the decoded image); when that is the last
+// function, the chain is a MapIntoFn (map_into.h) that writes the image into its batch slot.
 MapFn Chain(std::vector<MapFn> functions);
 
 }  // namespace kiln::data::formats

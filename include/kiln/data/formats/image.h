@@ -4,6 +4,7 @@
 // unwind through longjmp back to us).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,27 @@ bool LooksLikePng(absl::string_view bytes);
 absl::StatusOr<std::string> EncodeJpeg(const Tensor& image, int quality = 95);
 // uint8 or uint16 [h, w, 1-4] -> PNG bytes.
 absl::StatusOr<std::string> EncodePng(const Tensor& image);
+
+// What Normalize takes, for DecodeJpegResized.
+struct NormalizeArgs {
+  absl::Span<const float> mean;
+  absl::Span<const float> stddev;
+  float scale = 1.0f;
+};
+// Gives the tensor a fused decode writes into (e.g. a view of a batch slot): float32 of the
+// shape asked for, or an error, which the decode returns.
+using JpegOutputFn = std::function<absl::StatusOr<Tensor>(const Shape& shape)>;
+
+// DecodeJpeg, then ResizeBilinear to height x width, then (when `normalize` is given)
+// Normalize, in one pass: each row is resized as libjpeg produces it, so the decoded image is
+// never held whole (no allocation for it, no pass over it in memory). The result is the three
+// functions' bit for bit, and so are the errors (a decode error is DecodeJpeg's, a mean or
+// stddev that does not fit the channels is Normalize's). `output`, when given, provides the
+// result's storage.
+absl::StatusOr<Tensor> DecodeJpegResized(absl::string_view bytes, const JpegDecodeOptions& options,
+                                         int64_t height, int64_t width,
+                                         const NormalizeArgs* normalize = nullptr,
+                                         const JpegOutputFn* output = nullptr);
 
 // tf.image.resize(method="bilinear", antialias=False): half-pixel centers, float32 output.
 // Input [h, w, c] or [n, h, w, c] of uint8, uint16, int32, float32 or float64.
