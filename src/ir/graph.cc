@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/fused_post_ops.h"
+#include "kiln/ir/layout_transparent.h"
 
 namespace kiln::ir {
 
@@ -391,8 +392,9 @@ bool LayoutAware(const Node& node) {
 namespace {
 
 // A value in a non-plain layout must be a rank-4 float whose channel count fits the layout,
-// produced by a layout-aware node that writes it and read only by layout-aware nodes: any
-// other kernel would read its bytes as NCHW.
+// produced by a layout-aware or layout-transparent node (layout_transparent.h) that writes it
+// and read only by such nodes: any other kernel would read its bytes as NCHW. A transparent
+// node's carrying inputs and outputs share one layout (its kernel does not convert).
 absl::Status VerifyLayouts(const Graph& graph, const std::string& where) {
   std::vector<bool> checked(graph.num_values(), false);
   auto bad = [&](ValueId v, const std::string& why) {
@@ -416,8 +418,10 @@ absl::Status VerifyLayouts(const Graph& graph, const std::string& where) {
       return bad(v, "only a node's output can have a layout");
     }
     const Node& producer = graph.node(value.producer);
-    if (!LayoutAware(producer) || producer.op == "GlobalAveragePool" ||
-        producer.op == "GlobalMaxPool") {
+    std::vector<size_t> carrying;
+    const bool transparent = LayoutTransparentInputs(graph, producer, &carrying);
+    if (!transparent && (!LayoutAware(producer) || producer.op == "GlobalAveragePool" ||
+                         producer.op == "GlobalMaxPool")) {
       return bad(v, absl::StrCat("its producer ", producer.Describe(), " writes NCHW"));
     }
     for (ValueId out : graph.outputs) {
@@ -425,9 +429,33 @@ absl::Status VerifyLayouts(const Graph& graph, const std::string& where) {
     }
     checked[v] = true;
   }
+  std::vector<size_t> carrying;
   for (NodeId id = 0; id < graph.num_nodes(); ++id) {
     const Node& node = graph.node(id);
     if (node.removed) continue;
+    // A layout-transparent node (layout_transparent.h) reads and writes one layout: its
+    // carrying inputs and its outputs must all have it, plain included.
+    if (LayoutTransparentInputs(graph, node, &carrying)) {
+      const MemoryLayout layout = graph.value(node.outputs[0]).layout;
+      auto as = [&](size_t i) {
+        return absl::StrCat(node.Describe(), " reads it (input ", i, ") as ",
+                            layout == MemoryLayout::kPlain ? "NCHW" : MemoryLayoutName(layout));
+      };
+      for (ValueId y : node.outputs) {
+        if (y != kNoValue && graph.value(y).layout != layout) {
+          return bad(y, absl::StrCat("written by ", node.Describe(), " beside an output in ",
+                                     MemoryLayoutName(layout)));
+        }
+      }
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const ValueId v = node.inputs[i];
+        if (v == kNoValue) continue;
+        const bool carries = std::find(carrying.begin(), carrying.end(), i) != carrying.end();
+        const MemoryLayout expected = carries ? layout : MemoryLayout::kPlain;
+        if (graph.value(v).layout != expected) return bad(v, as(i));
+      }
+      continue;
+    }
     // A convolution takes a layout on X and on the residual of a fused Add (its last input),
     // a pool on X; everything else reads NCHW.
     const bool residual = IsFusedConv(node) && HasResidual(node);

@@ -5,17 +5,24 @@
 // which one depends on the ISA: NHWC for AVX-512 brgconv, nChw8c for the AVX2 jit kernels.
 // Left alone, every conv reorders its input into that layout and its output back: on
 // MobileNet-v2 those reorders took as long as the convolutions themselves. This pass gives
-// each value that a 2-D conv (or a max/average pool of such a value) produces, and that only
-// 2-D convs (as input or as residual) and pools read, the layout ir::Value::layout: the value
-// keeps its logical NCHW shape and its bytes are in that layout. Kernels see it through
-// InputInfo::layout and PrepareContext::output_layouts; ir::Verify checks every reader can.
-// Decisions are recomputed from scratch on every run of the pass, so a later rewrite never
-// leaves a stale layout.
+// the layout (ir::Value::layout: the value keeps its logical NCHW shape, its bytes are in that
+// layout) to each value that a 2-D conv, a max/average pool or a layout-transparent node
+// (ir/layout_transparent.h: elementwise ops such as an unfused Relu, Clip or residual Add on
+// one shape, channel Concat) produces and that only such nodes and global pools read. A pool
+// or transparent node reads and writes one layout, so its inputs and outputs are kept or left
+// plain together: a graph input or output, or a reader that needs NCHW (Flatten, a
+// per-channel broadcast), makes the whole connected stretch plain, and its convs reorder at
+// that border. Kernels see the layout through InputInfo::layout and
+// PrepareContext::output_layouts; ir::Verify checks every reader can. Decisions are
+// recomputed from scratch on every run of the pass, so a later rewrite never leaves a stale
+// layout.
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/ir/fused_post_ops.h"
+#include "kiln/ir/layout_transparent.h"
 #include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
 #include "opt/graph_view.h"
@@ -52,6 +59,15 @@ bool IsWindowPool(const Graph& g, const Node& n) {
   return true;
 }
 
+// A window pool whose output is one pixel ([N, C, 1, 1], as ResNet-50's last 7x7
+// AveragePool): those bytes are the same in every layout, so, like a global pool, it reads the
+// layout and writes plain, ending the chain without a reorder.
+bool IsPixelPool(const Graph& g, const Node& n) {
+  if (!IsWindowPool(g, n)) return false;
+  const ir::TensorType& type = g.value(n.outputs[0]).type;
+  return type.rank_known && type.rank() == 4 && type.dims[2].value == 1 && type.dims[3].value == 1;
+}
+
 bool HasSubgraphs(const Graph& g) {
   for (NodeId id = 0; id < g.num_nodes(); ++id) {
     const Node& n = g.node(id);
@@ -73,7 +89,22 @@ absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
       if (type.dtype != DType::kFloat32 || !type.rank_known || type.rank() != 4) return false;
       return block == 0 || (type.dims[1].is_known() && type.dims[1].value % block == 0);
     };
-    auto reader_accepts = [&](const Node& reader, ValueId v) {
+    // Layout-transparent nodes (ir/layout_transparent.h: elementwise ops on one shape, channel
+    // Concat) and the inputs that carry their layout.
+    std::vector<std::vector<size_t>> carrying(g.num_nodes());
+    std::vector<bool> transparent(g.num_nodes(), false);
+    for (NodeId id = 0; id < g.num_nodes(); ++id) {
+      const Node& n = g.node(id);
+      if (!n.removed) transparent[id] = ir::LayoutTransparentInputs(g, n, &carrying[id]);
+    }
+    auto carries = [&](NodeId id, ValueId v) {
+      for (size_t i : carrying[id]) {
+        if (g.node(id).inputs[i] == v) return true;
+      }
+      return false;
+    };
+    auto reader_accepts = [&](NodeId reader_id, ValueId v) {
+      const Node& reader = g.node(reader_id);
       if (IsConv2D(g, reader)) {
         // As X or as the residual only (a conv reading it as weights or bias cannot).
         const int residual = ir::ResidualInput(reader);
@@ -82,31 +113,59 @@ absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
         }
         return true;
       }
+      if (transparent[reader_id]) {
+        // Only where v carries the layout (not, say, as a Clip bound).
+        for (size_t i = 0; i < reader.inputs.size(); ++i) {
+          if (reader.inputs[i] == v && !carries(reader_id, v)) return false;
+        }
+        return true;
+      }
       return IsGlobalPool(reader) || IsWindowPool(g, reader);
     };
-    // Candidates: outputs of 2-D convs and window pools whose every reader takes the layout.
+    // Candidates: outputs of 2-D convs, window pools and transparent nodes whose every reader
+    // takes the layout.
     for (NodeId id = 0; id < g.num_nodes(); ++id) {
       const Node& n = g.node(id);
-      if (n.removed || !(IsConv2D(g, n) || IsWindowPool(g, n))) continue;
-      const ValueId y = n.outputs[0];
-      if (graph_outputs.count(y) || consumers[y].empty() || !fits(y)) continue;
-      bool accepted = true;
-      for (NodeId c : consumers[y]) accepted = accepted && reader_accepts(g.node(c), y);
-      if (accepted) kept.insert(y);
+      if (n.removed || IsPixelPool(g, n) ||
+          !(IsConv2D(g, n) || IsWindowPool(g, n) || transparent[id])) {
+        continue;
+      }
+      const size_t outputs = transparent[id] ? n.outputs.size() : 1;
+      for (size_t o = 0; o < outputs; ++o) {
+        const ValueId y = n.outputs[o];
+        if (y == ir::kNoValue || graph_outputs.count(y) || consumers[y].empty() || !fits(y)) {
+          continue;
+        }
+        bool accepted = true;
+        for (NodeId c : consumers[y]) accepted = accepted && reader_accepts(c, y);
+        if (accepted) kept.insert(y);
+      }
     }
-    // A window pool writes the layout it reads: prune until every pool's input and output agree.
+    // A window pool or a transparent node writes the layout it reads: prune until each one's
+    // layout-carrying inputs and outputs are all kept or all plain (a plain graph input
+    // added to a conv's output makes the add, and so that output, plain).
+    std::vector<std::vector<ValueId>> tied(g.num_nodes());
+    for (NodeId id = 0; id < g.num_nodes(); ++id) {
+      const Node& n = g.node(id);
+      if (n.removed) continue;
+      if (IsPixelPool(g, n)) continue;
+      if (IsWindowPool(g, n)) {
+        tied[id] = {n.inputs[0], n.outputs[0]};
+      } else if (transparent[id]) {
+        for (size_t i : carrying[id]) tied[id].push_back(n.inputs[i]);
+        for (ValueId y : n.outputs) {
+          if (y != ir::kNoValue) tied[id].push_back(y);
+        }
+      }
+    }
     for (bool changed = true; changed;) {
       changed = false;
-      for (NodeId id = 0; id < g.num_nodes(); ++id) {
-        const Node& n = g.node(id);
-        if (n.removed || !IsWindowPool(g, n)) continue;
-        const bool in = kept.count(n.inputs[0]) > 0;
-        const bool out = kept.count(n.outputs[0]) > 0;
-        if (in != out) {
-          kept.erase(n.inputs[0]);
-          kept.erase(n.outputs[0]);
-          changed = true;
-        }
+      for (const std::vector<ValueId>& values : tied) {
+        size_t in = 0;
+        for (ValueId v : values) in += kept.count(v);
+        if (in == 0 || in == values.size()) continue;
+        for (ValueId v : values) kept.erase(v);
+        changed = true;
       }
     }
   }

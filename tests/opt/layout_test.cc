@@ -135,7 +135,8 @@ TEST(ConvActivationLayoutTest, BlockedLayoutNeedsWholeBlocks) {
   }
 }
 
-// A conv feeding anything else (here Concat) keeps NCHW, and so does its reader.
+// A Concat carries the layout through (layout_chain_test.cc), but not into a graph output,
+// which is NCHW: so the convs it concatenates keep NCHW too.
 TEST(ConvActivationLayoutTest, ConvReadByOtherOpsStaysPlain) {
   Graph g;
   const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 16, 6, 6}));

@@ -245,10 +245,14 @@ class PoolKernel : public OpKernel {
           " is supported for 4-D max and average pooling without Indices, dilations or "
           "count_include_pad"));
     }
-    // A window pool writes the layout it reads; a global pool's [N, C, 1, 1] result has the
-    // same bytes in every layout, and is plain.
+    // A window pool writes the layout it reads; an [N, C, 1, 1] result (a global pool's, or a
+    // window pool's covering the whole image, as ResNet-50's last AveragePool) has the same
+    // bytes in every layout, and is plain (the layout pass ends the chain there).
+    const bool one_pixel =
+        global_ || (spatial_ == 2 && out_spatial_[0] == 1 && out_spatial_[1] == 1);
     const ir::MemoryLayout out_layout = global_ ? ir::MemoryLayout::kPlain : layout_;
-    if (ctx.output_layout(0) != out_layout) {
+    if (ctx.output_layout(0) != out_layout &&
+        !(one_pixel && ctx.output_layout(0) == ir::MemoryLayout::kPlain)) {
       return absl::InvalidArgumentError(
           absl::StrCat(node_.Describe(), ": reads ", ir::MemoryLayoutName(layout_),
                        " and cannot write ", ir::MemoryLayoutName(ctx.output_layout(0))));

@@ -377,6 +377,9 @@ class ConcatKernel : public TensorKernel {
       total += in.shape.dim(axis_);
     }
     out.set_dim(axis_, total);
+    // The layout pass (ir/layout_transparent.h) keeps a channel Concat's inputs and output in
+    // one layout. Blocked layouts concatenate per image exactly as NCHW; NHWC per pixel.
+    channels_last_ = rank == 4 && axis_ == 1 && ctx.inputs[0].layout == ir::MemoryLayout::kNhwc;
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;
     ctx.output_shapes[0] = out;
@@ -389,6 +392,10 @@ class ConcatKernel : public TensorKernel {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis_; ++d) outer *= os.dim(d);
     for (int d = axis_ + 1; d < os.rank(); ++d) inner *= os.dim(d);
+    if (channels_last_) {  // rows are the N*H*W pixels, each holding every channel
+      outer *= inner;
+      inner = 1;
+    }
     const int64_t out_row = os.dim(axis_) * inner;
     const DType dtype = out.dtype();
     const size_t esize = DTypeSize(dtype);
@@ -416,6 +423,7 @@ class ConcatKernel : public TensorKernel {
  private:
   int64_t axis_attr_;
   int axis_ = 0;
+  bool channels_last_ = false;
 };
 
 // Split(input, split?), axis, num_outputs: `split` gives each output's length; without it
