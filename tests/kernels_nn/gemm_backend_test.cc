@@ -240,5 +240,24 @@ TEST(GemmBackendChoice, Avx2TimesOncePerModelAndShape) {
   EXPECT_EQ(onednn_runs, 4);
 }
 
+// Operands too large to allocate for a timing (before the plan's memory budget is checked)
+// are not timed: a model's shapes must not drive a large allocation at plan compile.
+TEST(GemmBackendChoice, Avx2DoesNotTimeLargeOperands) {
+  if (EffectiveCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "runs at AVX-512";
+  nn::GemmShape s;
+  s.rows = int64_t{1} << 20;  // A alone is 64 MiB; 2^24 multiply-adds would be timed
+  s.n = 1;
+  s.k = 16;
+  s.lda = 16;
+  s.ldb = 1;
+  std::vector<float> b(16, 0.0f);
+  int onednn_runs = 0;
+  auto choice = nn::ChooseGemmBackend(nullptr, s, b.data(), 2, false,
+                                      [&](const float*, float*) { ++onednn_runs; });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(onednn_runs, 0);
+  EXPECT_NE(choice->reason.find("not timed"), std::string::npos) << choice->reason;
+}
+
 }  // namespace
 }  // namespace kiln::kernels

@@ -25,9 +25,12 @@ namespace {
 // thread, and a choice between two sub-100-microsecond runs would be decided by noise.
 constexpr int64_t kMinChoiceMacs = int64_t{1} << 18;
 // Products above this are not timed (one run takes tens of milliseconds on two AVX2 cores, and
-// plan compile would take seconds); OpenBLAS's blocked sgemm wins them on AVX2 (issue 9:
-// 110 GFLOP/s against oneDNN 2.6's gemm:jit at 67 for 32x4096x4096).
+// plan compile would take seconds); OpenBLAS's blocked sgemm is taken for them on AVX2 (issue
+// 9's AVX2 EPYC: 110 GFLOP/s against oneDNN 2.6's gemm:jit at 67 for 32x4096x4096).
 constexpr int64_t kMaxTimedMacs = int64_t{1} << 30;
+// Nor when A and C (zeros allocated for the timing, before the plan's memory budget is
+// checked) would take more than this: a model's shapes must not drive a large allocation here.
+constexpr int64_t kMaxTimedBytes = int64_t{64} << 20;
 // OpenBLAS must be this much faster to replace oneDNN: ties keep the default.
 constexpr double kMinGain = 1.03;
 
@@ -99,6 +102,13 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
         absl::StrCat("KILN_GEMM_BACKEND=", forced, " is not one of auto, onednn, openblas"));
   }
   const int64_t macs = shape.rows * shape.n * shape.k;
+  // A's extent follows lda. The operands fit in memory (the kernel's shapes are checked), so
+  // these products do not overflow.
+  const int64_t a_floats = shape.trans_a ? shape.k * shape.lda : shape.rows * shape.lda;
+  const int64_t c_floats = shape.rows * shape.n;
+  const bool too_large =
+      macs > kMaxTimedMacs ||
+      (a_floats + c_floats) * static_cast<int64_t>(sizeof(float)) > kMaxTimedBytes;
   auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const GemmChoice>, size_t>> {
     GemmChoice choice;
     std::string why;
@@ -110,13 +120,12 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
       choice = {GemmBackend::kOneDnn, "oneDNN brgemm with its packed weights"};
     } else if (!OpenBlasUsable(&why)) {
       choice = {GemmBackend::kOneDnn, why};
-    } else if (macs > kMaxTimedMacs) {
+    } else if (too_large) {
       choice = {GemmBackend::kOpenBlas, "avx2, large product (not timed)"};
     } else {
-      // Zeros in, like a real input in speed (no denormals). A's extent follows lda.
-      const int64_t a_floats = shape.trans_a ? shape.k * shape.lda : shape.rows * shape.lda;
+      // Zeros in, like a real input in speed (no denormals).
       std::vector<float> a(static_cast<size_t>(a_floats), 0.0f);
-      std::vector<float> c(static_cast<size_t>(shape.rows * shape.n), 0.0f);
+      std::vector<float> c(static_cast<size_t>(c_floats), 0.0f);
       ScopedDnnlThreads scoped(threads);
       GemmShape timed = shape;
       timed.accumulate = false;
