@@ -5,6 +5,7 @@
 // Merge (condition) or the Identity (body), Exit(Switch:0), one Enter(is_constant=true) per outer
 // tensor read inside), saved as SavedModels and run through the real importer, plan compiler
 // and kernels. The expected values are what TensorFlow computes (worked by hand below).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -401,6 +402,34 @@ TEST(TfWhileLoopTest, FrameWithTwoLoopCondsIsAnError) {
   EXPECT_TRUE(absl::StrContains(model.status().message(),
                                 "two LoopCond nodes, 'while/LoopCond' "
                                 "and 'while/LoopCond_1'"))
+      << model.status();
+}
+
+// Loop k's condition runs loop k+1, so each level is built in both condition scopes of every
+// build of its parent: 2^k builds of level k. The import stops at the budget it shares with
+// function inlining instead of running for hours.
+TEST(TfWhileLoopTest, LoopsNestedInConditionsStopAtTheExpansionBudget) {
+  GraphBuilder b;
+  b.Const("Const", Tensor::Scalar<int32_t>(0));
+  constexpr int kDepth = 24;
+  std::function<std::string(int, const std::string&)> loop = [&](int k,
+                                                                 const std::string& initial) {
+    WhileWriter w(b, "L" + std::to_string(k));
+    const std::string merge = w.Var(0, initial, kI);
+    const std::string tested = k + 1 < kDepth ? loop(k + 1, merge) : merge;
+    w.Const("Less/y", Tensor::Scalar<int32_t>(3), merge);
+    Binary(b, "Less", w.N("Less"), tested, w.N("Less/y"), kI);
+    w.LoopCond(w.N("Less"));
+    const std::string body = w.Switch(0, kI);
+    w.Const("add/y", Tensor::Scalar<int32_t>(1), body);
+    Binary(b, "AddV2", w.N("add"), body, w.N("add/y"), kI);
+    return w.Close(0, w.N("add"), kI);
+  };
+  const std::string exit = loop(0, "Const");
+  auto model = Save("while_exponential", b, Signature({}, {{"y", {exit + ":0", kI, {}}}}));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kResourceExhausted) << model.status();
+  EXPECT_TRUE(absl::StrContains(model.status().message(), "built too many times"))
       << model.status();
 }
 

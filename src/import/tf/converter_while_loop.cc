@@ -330,6 +330,10 @@ absl::StatusOr<const std::vector<TfValue>*> BuildLoop(Converter& conv, WhileLoop
     cond0->feeds[absl::StrCat(lf.vars[k].merge->name(), ":0")] = initial[k];
   }
   KILN_ASSIGN_OR_RETURN(TfValue pred0, conv.GetTensor(cond0, pred_ref));
+  if (pred0.id == ir::kNoValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeNode(cond0, *lf.loop_cond), ": the loop condition is not a tensor"));
+  }
   // Loop body: (iteration, condition, vars...) -> (cond(next), next...).
   auto sub = std::make_shared<ir::Graph>();
   sub->name = lf.name;
@@ -367,6 +371,10 @@ absl::StatusOr<const std::vector<TfValue>*> BuildLoop(Converter& conv, WhileLoop
     cond1->feeds[absl::StrCat(lf.vars[k].merge->name(), ":0")] = next[k];
   }
   KILN_ASSIGN_OR_RETURN(TfValue pred1, conv.GetTensor(cond1, pred_ref));
+  if (pred1.id == ir::kNoValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeNode(cond1, *lf.loop_cond), ": the loop condition is not a tensor"));
+  }
   const std::string name = parent->prefix + lf.name;
   sub->outputs.push_back(conv.AddIrNode(*sub, "Identity", {pred1.id}, 1, {}, name + "/cond")[0]);
   for (const TfValue& v : next) {
@@ -433,6 +441,19 @@ std::optional<absl::StatusOr<std::vector<TfValue>>> Converter::ConvertWhileLoopO
     }
     for (const LoopVar& v : (*lf)->vars) {
       if (auto s = CheckControlDependencies(scope, *v.enter); !s.ok()) return s;
+    }
+    // Each build converts the frame three times (cond0, body, cond1), and a loop nested in
+    // another's condition is built in both of its condition scopes: loops nested that way
+    // expand exponentially, as functions that call each other do, and share their budget.
+    if (!loops.built.count({scope, child})) {
+      for (int i = 0; i < 3; ++i) {
+        if (!ChargeCall(child).ok()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              DescribeNode(scope, node), ": ", DescribeFrame(child),
+              " is built too many times (loops nested in each other's conditions expand "
+              "exponentially)"));
+        }
+      }
     }
     auto outputs = BuildLoop(*this, loops, scope, **lf);
     if (!outputs.ok()) return outputs.status();
