@@ -1,5 +1,7 @@
-// A corrupt variables.index whose entry claims a huge shape must be refused from the bytes the
-// entry holds, before the tensor is allocated (a few-byte index could otherwise claim a TiB).
+// What a small TensorFlow file can make the importer do is bounded: a corrupt variables.index
+// whose entry claims a huge shape is refused from the bytes the entry holds, before the tensor
+// is allocated (a few-byte index could otherwise claim a TiB), and a function library whose
+// functions call each other over and over is refused before it expands exponentially.
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,6 +11,8 @@
 #include "gtest/gtest.h"
 #include "import/tf/table_reader.h"
 #include "import/tf/tensor_bundle.h"
+#include "kiln/import/saved_model.h"
+#include "tensorflow/core/framework/graph.pb.h"
 
 namespace kiln::import::tf {
 namespace {
@@ -88,6 +92,80 @@ TEST(BundleLimits, SnappyBlockDeclaringGigabytesIsRefusedWithoutReservingThem) {
   absl::StatusOr<std::string> fine = SnappyDecompress(exact);
   ASSERT_TRUE(fine.ok()) << fine.status();
   EXPECT_EQ(*fine, "abcdefg");
+}
+
+// x -> F<depth> -> y, where F0 is Relu and F<k> adds two calls of F<k-1> on its input: 2^depth
+// Relus from 3 * depth + 3 NodeDefs.
+tensorflow::GraphDef DoublingLibrary(int depth) {
+  tensorflow::GraphDef graph;
+  graph.mutable_versions()->set_producer(1000);
+  auto* x = graph.add_node();
+  x->set_name("x");
+  x->set_op("Placeholder");
+  (*x->mutable_attr())["dtype"].set_type(tensorflow::DT_FLOAT);
+  auto* y = graph.add_node();
+  y->set_name("y");
+  y->set_op("F" + std::to_string(depth));
+  y->add_input("x");
+  for (int k = 0; k <= depth; ++k) {
+    auto* f = graph.mutable_library()->add_function();
+    auto* sig = f->mutable_signature();
+    sig->set_name("F" + std::to_string(k));
+    sig->add_input_arg()->set_name("a");
+    sig->mutable_input_arg(0)->set_type(tensorflow::DT_FLOAT);
+    sig->add_output_arg()->set_name("b");
+    sig->mutable_output_arg(0)->set_type(tensorflow::DT_FLOAT);
+    if (k == 0) {
+      auto* relu = f->add_node_def();
+      relu->set_name("n");
+      relu->set_op("Relu");
+      relu->add_input("a");
+      (*relu->mutable_attr())["T"].set_type(tensorflow::DT_FLOAT);
+      (*f->mutable_ret())["b"] = "n:activations:0";
+      continue;
+    }
+    for (const char* name : {"n1", "n2"}) {
+      auto* call = f->add_node_def();
+      call->set_name(name);
+      call->set_op("F" + std::to_string(k - 1));
+      call->add_input("a");
+    }
+    auto* add = f->add_node_def();
+    add->set_name("n3");
+    add->set_op("AddV2");
+    add->add_input("n1:b:0");
+    add->add_input("n2:b:0");
+    (*add->mutable_attr())["T"].set_type(tensorflow::DT_FLOAT);
+    (*f->mutable_ret())["b"] = "n3:z:0";
+  }
+  return graph;
+}
+
+absl::StatusOr<ImportedModel> ImportGraph(const tensorflow::GraphDef& graph,
+                                          const std::string& name) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_tf_limits_" + std::to_string(::getpid()) + "_" + name + ".pb"))
+                               .string();
+  EXPECT_TRUE(WriteStringToFile(path, graph.SerializeAsString()).ok());
+  absl::StatusOr<ImportedModel> m = ImportFrozenGraph(path);
+  std::filesystem::remove(path);
+  return m;
+}
+
+TEST(FunctionLimits, LibraryCallingItselfExponentiallyIsRefused) {
+  // 2^16 Relus from 1.7 KB: the import ran for minutes and grew past 400 MB before the budget.
+  absl::StatusOr<ImportedModel> m = ImportGraph(DoublingLibrary(16), "doubling16");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kResourceExhausted) << m.status();
+  EXPECT_THAT(m.status().message(), HasSubstr("calls per node of the graph and its library"));
+}
+
+TEST(FunctionLimits, ModestFunctionReuseIsInlined) {
+  absl::StatusOr<ImportedModel> m = ImportGraph(DoublingLibrary(3), "doubling3");
+  ASSERT_TRUE(m.ok()) << m.status();
+  int relus = 0;
+  for (const auto& node : m->signatures.at(0).graph.nodes()) relus += node.op == "Relu";
+  EXPECT_EQ(relus, 8);
 }
 
 }  // namespace

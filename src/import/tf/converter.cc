@@ -31,11 +31,29 @@ std::string DescribeNode(const Scope* scope, const NodeDef& node) {
   return where;
 }
 
+// Inlined function calls allowed per NodeDef of the graph and its library, and at most. A
+// TF2 SavedModel calls each traced function about once per signature (Keras layers), a
+// tf.function helper reused in a model perhaps tens of times; a library whose functions call
+// each other over and over expands exponentially instead.
+constexpr int64_t kMaxCallsPerNodeDef = 16;
+constexpr int64_t kMaxCalls = int64_t{1} << 20;
+
 Converter::Converter(ImportSource source) : source_(std::move(source)) {
+  int64_t node_defs = source_.graph->node_size();
   for (const NodeDef& node : source_.graph->node()) top_.nodes[node.name()] = &node;
   for (const auto& f : source_.graph->library().function()) {
     function_defs_[f.signature().name()] = &f;
+    node_defs += f.node_def_size();
   }
+  call_budget_ = std::min(kMaxCalls, kMaxCallsPerNodeDef * node_defs);
+}
+
+absl::Status Converter::ChargeCall(const std::string& function_name) {
+  if (--call_budget_ >= 0) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "inlining function '", function_name, "': the graph's function calls expand past ",
+      kMaxCallsPerNodeDef, " calls per node of the graph and its library (at most ", kMaxCalls,
+      "); do its functions call each other many times over?"));
 }
 
 Converter::~Converter() = default;
@@ -192,6 +210,7 @@ absl::StatusOr<TfValue> Converter::GetTensor(Scope* scope, const std::string& re
         return absl::NotFoundError(absl::StrCat(DescribeNode(scope, node), " calls function '",
                                                 fname, "', which the library does not have"));
       }
+      KILN_RETURN_IF_ERROR(ChargeCall(fname));
       auto s = std::make_unique<Scope>();
       s->body = fbody;
       s->frame = scope->frame;

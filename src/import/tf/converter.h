@@ -249,6 +249,11 @@ class Converter {
   std::map<std::pair<const ir::Graph*, ir::ValueId>, int> rank_hints_;
   int name_counter_ = 0;
   int depth_ = 0;
+  // Function calls are inlined at every call site, and functions call functions: 1.7 KB of
+  // library (F16 calls F15 twice, ...) made the import run for minutes. ChargeCall refuses the
+  // call that exceeds call_budget_ (set from the size of the graph and its library).
+  absl::Status ChargeCall(const std::string& function_name);
+  int64_t call_budget_ = 0;
   std::vector<std::unique_ptr<Scope>> scopes_;
   std::vector<std::unique_ptr<GraphFrame>> frames_;
 };

@@ -34,6 +34,7 @@ absl::StatusOr<std::vector<TfValue>> Converter::InlineFunction(Scope* caller,
                                                    sig.input_arg_size(), " arguments, given ",
                                                    args.size()));
   }
+  KILN_RETURN_IF_ERROR(ChargeCall(function_name));
   auto scope = std::make_unique<Scope>();
   scope->body = body;
   scope->frame = caller->frame;
