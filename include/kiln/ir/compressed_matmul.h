@@ -27,12 +27,32 @@
 //   accumulates in fp32; elsewhere the kernel widens the bf16 weights to fp32 as it reads them
 //   (batch-1-like products, which are bound by the bytes of the weights) or once per plan
 //   (larger products, which are bound by arithmetic).
+//
+// kiln::Int8MatMul (already-quantized models: QLinearMatMul, MatMulInteger, QDQ MatMul/Gemm,
+// written by src/opt/fuse_qdq_matmul.cc; the reference is src/kernels/cpu/quantize_ops.cc):
+//   inputs:  A (uint8 | int8 [..., K]), Wq (int8 [K, N]: the model's weights minus a constant
+//            `offset` chosen by the pass so that they fit int8, and 7 bits where they can),
+//            w_zero (int32 [N]: the model's weight zero point minus that offset, per column),
+//            w_colsum (int32 [N]: sum over K of Wq), [a_zero (A's type, one element: a
+//            constant, or DynamicQuantizeLinear's output at run time)], [bias (int32 [N], in
+//            accumulator units: added to the sum before the output scale)]
+//   attrs:   out_type ("int32" | "uint8" | "int8"); for uint8/int8: out_scales (float, one
+//            per column or one: a_scale * w_scale / y_scale, computed by the pass in float as
+//            the reference does) and y_zero_point; relu (int 0/1: the sum is clamped at 0
+//            before the output scale, which is Relu since the scales are positive).
+//   acc[m, n] = sum_k (A[m, k] - a_zero) * (Wq[k, n] - w_zero[n]) (+ bias[n]), exact in int32
+//   with wrap-around (the reference's int32 sum); int32 Y is acc (MatMulInteger, bit-exact);
+//   an 8-bit Y is saturate(round_half_even(float(acc) * out_scales[n]) + y_zero_point), the
+//   reference's requantization, so QLinearMatMul is bit-exact too. Without VNNI (u8 x s8
+//   pairs summed into int16) weights that do not fit 7 bits (|Wq| <= 64) are split into two
+//   halves that do, and summed: exact, at twice the multiply-adds.
 #pragma once
 
 namespace kiln::ir {
 
 inline constexpr char kDynamicQuantMatMulOp[] = "DynamicQuantMatMul";
 inline constexpr char kBf16MatMulOp[] = "Bf16MatMul";
+inline constexpr char kInt8MatMulOp[] = "Int8MatMul";
 // The attribute naming the layer a compressed node came from (its node name, or its output's
 // name when the node has none): the accuracy guard's keep_fp32 set holds these names.
 inline constexpr char kCompressedLayerAttr[] = "compressed_layer";

@@ -1,11 +1,15 @@
 // kiln::DynamicQuantMatMul and kiln::Bf16MatMul, the compressed Linear layers written by
-// src/opt/compress_matmul.cc; the operator contract is include/kiln/ir/compressed_matmul.h.
+// src/opt/compress_matmul.cc, and kiln::Int8MatMul (src/opt/fuse_qdq_matmul.cc); the operator
+// contract is include/kiln/ir/compressed_matmul.h.
 //
 // int8: A is quantized per row (u8, its own scale and zero point) into scratch, oneDNN's
 // matmul multiplies u8 x s8 into int32 with the weights packed once per model (the
 // PackedConstantCache), and one pass over the int32 result dequantizes, adds the bias and
 // applies the post-ops. The zero points are not given to oneDNN: per-row zero points are not
 // among its matmul attributes, and acc - a_zero[m] * colsum[n] is exact in int32.
+//
+// Int8MatMul: already-quantized models' MatMuls (QLinearMatMul, MatMulInteger, QDQ) on
+// oneDNN's u8 x s8 matmul, exact in int32 against the reference kernels (below).
 //
 // bf16: oneDNN's bf16 matmul (A rounded to bf16 in scratch, fp32 accumulation) where the CPU
 // has avx512_bf16/AMX; elsewhere products of a few rows widen the bf16 weights as they read
@@ -21,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/compressed_matmul.h"
+#include "kiln/ir/int8_ops.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
@@ -449,8 +454,230 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
   int64_t macs_ = 0;
 };
 
+// kiln::Int8MatMul: the MatMuls of already-quantized models (ir/compressed_matmul.h). oneDNN
+// multiplies A (as u8) by the s8 weights into int32; the zero points are applied here, exactly
+// in int32: with P = A_u . Wq,
+//   acc = P - w_zero[n] * rowsum(A_u)[m] - a_zero * colsum[n] + K * a_zero * w_zero[n]
+// (wrap-around arithmetic, like the reference's int32 sum), so the result is the reference's
+// bit for bit whatever the zero points, which oneDNN 2.6's matmul does not take per column.
+class Int8MatMulKernel : public DnnlKernel {
+ public:
+  explicit Int8MatMulKernel(const ir::Node& node) : DnnlKernel(node) {}
+
+ private:
+  template <typename... Args>
+  absl::Status Error(const Args&... args) const {
+    return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", args...));
+  }
+
+  absl::Status PrepareImpl(PrepareContext& ctx) override {
+    out_type_ = ir::Int8TypeFromName(node_.GetString("out_type", "int32"));
+    if (node_.GetString("out_type", "int32") == "int32") out_type_ = DType::kInt32;
+    if (out_type_ != DType::kInt32 && out_type_ != DType::kUInt8 && out_type_ != DType::kInt8) {
+      return Error("out_type must be int32, uint8 or int8");
+    }
+    if (ctx.inputs.size() < 4) return Error("needs inputs A, Wq, w_zero and w_colsum");
+    for (size_t i = 0; i < 4; ++i) {
+      if (!ctx.inputs[i].present()) return Error("input ", i, " is missing");
+    }
+    const InputInfo& a = ctx.inputs[0];
+    const InputInfo& w = ctx.inputs[1];
+    if (a.dtype != DType::kUInt8 && a.dtype != DType::kInt8) {
+      return Error("A must be uint8 or int8");
+    }
+    if (w.dtype != DType::kInt8 || w.shape.rank() != 2 || w.constant == nullptr) {
+      return Error("Wq must be a constant int8 [K, N]");
+    }
+    k_ = w.shape.dim(0);
+    n_ = w.shape.dim(1);
+    if (a.shape.rank() < 1 || a.shape.dim(a.shape.rank() - 1) != k_) {
+      return Error("A ", a.shape.ToString(), " does not end in K = ", k_);
+    }
+    for (int i : {2, 3}) {
+      if (ctx.inputs[i].dtype != DType::kInt32 || ctx.inputs[i].shape.num_elements() != n_) {
+        return Error(i == 2 ? "w_zero" : "w_colsum", " must be int32 [", n_, "]");
+      }
+    }
+    a_zero_index_ = ctx.inputs.size() > 4 && ctx.inputs[4].present() ? 4 : -1;
+    if (a_zero_index_ >= 0 &&
+        (ctx.inputs[4].dtype != a.dtype || ctx.inputs[4].shape.num_elements() != 1)) {
+      return Error("a_zero must be one ", DTypeName(a.dtype));
+    }
+    bias_index_ = ctx.inputs.size() > 5 && ctx.inputs[5].present() ? 5 : -1;
+    if (bias_index_ >= 0 &&
+        (ctx.inputs[5].dtype != DType::kInt32 || ctx.inputs[5].shape.num_elements() != n_)) {
+      return Error("bias must be int32 [", n_, "]");
+    }
+    relu_ = node_.GetInt("relu", 0) != 0;
+    if (out_type_ != DType::kInt32) {
+      out_scales_ = node_.GetFloats("out_scales");
+      if (out_scales_.size() != 1 && static_cast<int64_t>(out_scales_.size()) != n_) {
+        return Error("out_scales has ", out_scales_.size(), " values for ", n_, " columns");
+      }
+      if (out_scales_.size() == 1) out_scales_.assign(n_, out_scales_[0]);
+      y_zero_ = node_.GetInt("y_zero_point", 0);
+      const int64_t lo = out_type_ == DType::kUInt8 ? 0 : -128;
+      if (y_zero_ < lo || y_zero_ > lo + 255) return Error("y_zero_point out of range");
+    } else if (relu_) {
+      return Error("relu needs an 8-bit out_type");
+    }
+    Shape out = a.shape;
+    out.erase(out.rank() - 1);
+    out.push_back(n_);
+    rows_ = k_ == 0 ? 0 : a.shape.num_elements() / k_;
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = out_type_;
+    ctx.output_shapes[0] = out;
+    flip_a_ = a.dtype == DType::kInt8;
+    packed_w_.reset();
+    ctx.scratch_bytes = 0;
+    if (rows_ == 0 || n_ == 0) return absl::OkStatus();
+
+    // Without VNNI, u8 x s8 pairs are summed into int16 (vpmaddubsw): exact only while
+    // |w| <= 64 (2 * 255 * 64 < 32768). Weights beyond that are split in two halves,
+    // floor(w / 2) and w - floor(w / 2), each within [-64, 64], multiplied side by side.
+    const int8_t* wq = static_cast<const int8_t*>(w.constant->raw_data());
+    bool fits_7_bits = true;
+    for (int64_t i = 0; i < k_ * n_ && fits_7_bits; ++i) fits_7_bits = wq[i] >= -64 && wq[i] <= 64;
+    split_ = !fits_7_bits && !CpuHasInt8Vnni();
+    cols_ = split_ ? 2 * n_ : n_;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    src_desc_ = memory::desc({rows_, k_}, memory::data_type::u8, memory::format_tag::ab);
+    const memory::desc user_w_desc({k_, cols_}, memory::data_type::s8, memory::format_tag::ab);
+    acc_desc_ = memory::desc({rows_, cols_}, memory::data_type::s32, memory::format_tag::ab);
+    dnnl::matmul::desc d(src_desc_,
+                         memory::desc({k_, cols_}, memory::data_type::s8, memory::format_tag::any),
+                         acc_desc_);
+    dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
+    const ir::Node& cache_node = ctx.node ? *ctx.node : node_;
+    if (split_) {
+      std::vector<int8_t> halves(static_cast<size_t>(k_ * cols_));
+      for (int64_t i = 0; i < k_; ++i) {
+        for (int64_t j = 0; j < n_; ++j) {
+          const int v = wq[i * n_ + j];
+          const int lo = v >> 1;  // floor(v / 2)
+          halves[i * cols_ + j] = static_cast<int8_t>(lo);
+          halves[i * cols_ + n_ + j] = static_cast<int8_t>(v - lo);
+        }
+      }
+      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc,
+                                                    halves.data(), pd.weights_desc()));
+    } else {
+      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc,
+                                                    wq, pd.weights_desc()));
+    }
+    primitive_ = dnnl::matmul(pd);
+    scratch_desc_ = pd.scratchpad_desc();
+    // Scratch: oneDNN's | A as u8 (int8 A only) | the int32 products.
+    src_offset_ = Align64(scratch_desc_.get_size());
+    acc_offset_ = src_offset_ + (flip_a_ ? Align64(rows_ * k_) : 0);
+    ctx.scratch_bytes = acc_offset_ + Align64(rows_ * cols_ * sizeof(int32_t));
+    macs_ = rows_ * k_ * cols_;
+    return absl::OkStatus();
+  }
+
+  template <typename Q>
+  void WriteRow(const uint32_t* acc, Q* y) const {
+    constexpr float lo = std::is_same_v<Q, uint8_t> ? 0.0f : -128.0f;
+    const float zero = static_cast<float>(y_zero_);
+    for (int64_t j = 0; j < n_; ++j) {
+      int32_t v = static_cast<int32_t>(acc[j]);
+      if (relu_) v = std::max(v, 0);
+      // The reference's requantization: the float product, rounded half to even.
+      const float r = std::nearbyint(static_cast<float>(v) * out_scales_[j]);
+      y[j] = std::isnan(r) ? Q(0) : static_cast<Q>(std::clamp(r + zero, lo, lo + 255.0f));
+    }
+  }
+
+  absl::Status ComputeImpl(ComputeContext& ctx) const override {
+    Tensor& y = ctx.outputs[0];
+    if (y.num_elements() == 0) return absl::OkStatus();
+    char* scratch = static_cast<char*>(ctx.scratch);
+    const uint8_t* a = static_cast<const uint8_t*>(ctx.inputs[0].raw_data());
+    const int32_t* w_zero = ctx.inputs[2].data<int32_t>();
+    const int32_t* colsum = ctx.inputs[3].data<int32_t>();
+    const int32_t* bias = bias_index_ >= 0 ? ctx.inputs[bias_index_].data<int32_t>() : nullptr;
+    // Zero points of A as u8: an int8 A is read as uint8 with every byte's top bit flipped,
+    // which adds 128 to each value and to its zero point.
+    int32_t a_zero = 0;
+    if (a_zero_index_ >= 0) {
+      a_zero = flip_a_ ? ctx.inputs[a_zero_index_].data<int8_t>()[0]
+                       : ctx.inputs[a_zero_index_].data<uint8_t>()[0];
+    }
+    if (flip_a_) a_zero += 128;
+    bool any_w_zero = false;
+    for (int64_t j = 0; j < n_; ++j) any_w_zero |= w_zero[j] != 0;
+    uint32_t* acc = reinterpret_cast<uint32_t*>(scratch + acc_offset_);
+    const uint8_t* src = a;
+    if (flip_a_) {
+      uint8_t* flipped = reinterpret_cast<uint8_t*>(scratch + src_offset_);
+      ctx.ParallelFor(rows_ * k_, kMinElementsPerThread, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) flipped[i] = a[i] ^ 0x80;
+      });
+      src = flipped;
+    }
+    if (k_ > 0) {
+      ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
+      auto& stream = ThreadStream();
+      const RawMemory src_mem(src_desc_, src);
+      const RawMemory acc_mem(acc_desc_, acc);
+      const RawMemory scratch_mem(scratch_desc_, scratch);
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, src_mem.get()},
+                        {DNNL_ARG_WEIGHTS, packed_w_->get()},
+                        {DNNL_ARG_DST, acc_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+      stream.wait();
+    } else {
+      std::fill(acc, acc + rows_ * cols_, 0u);
+    }
+    const uint32_t az = static_cast<uint32_t>(a_zero);
+    const uint32_t k = static_cast<uint32_t>(k_);
+    const int64_t chunk =
+        std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(k_ + n_, 1));
+    ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        uint32_t* row = acc + r * cols_;
+        uint32_t rowsum = 0;
+        if (any_w_zero) {
+          const uint8_t* ar = src + r * k_;
+          for (int64_t i = 0; i < k_; ++i) rowsum += ar[i];
+        }
+        // Unsigned arithmetic: the reference's int32 sum modulo 2^32, without signed overflow.
+        for (int64_t j = 0; j < n_; ++j) {
+          const uint32_t wz = static_cast<uint32_t>(w_zero[j]);
+          uint32_t v = row[j] + (split_ ? row[n_ + j] : 0u);
+          v += k * az * wz - wz * rowsum - az * static_cast<uint32_t>(colsum[j]);
+          if (bias != nullptr) v += static_cast<uint32_t>(bias[j]);
+          row[j] = v;
+        }
+        if (out_type_ == DType::kInt32) {
+          std::memcpy(y.data<int32_t>() + r * n_, row, n_ * sizeof(int32_t));
+        } else if (out_type_ == DType::kUInt8) {
+          WriteRow(row, y.data<uint8_t>() + r * n_);
+        } else {
+          WriteRow(row, y.data<int8_t>() + r * n_);
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+
+  DType out_type_ = DType::kInt32;
+  int64_t k_ = 0, n_ = 0, rows_ = 0, cols_ = 0, y_zero_ = 0, macs_ = 0;
+  int a_zero_index_ = -1, bias_index_ = -1;
+  bool relu_ = false, flip_a_ = false, split_ = false;
+  std::vector<float> out_scales_;
+  memory::desc src_desc_, acc_desc_, scratch_desc_;
+  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  dnnl::matmul primitive_;
+  size_t src_offset_ = 0, acc_offset_ = 0;
+};
+
 KILN_REGISTER_KERNEL_CLASS("kiln", ir::kDynamicQuantMatMulOp, DynamicQuantMatMulKernel);
 KILN_REGISTER_KERNEL_CLASS("kiln", ir::kBf16MatMulOp, Bf16MatMulKernel);
+KILN_REGISTER_KERNEL_CLASS("kiln", ir::kInt8MatMulOp, Int8MatMulKernel);
 
 }  // namespace
 

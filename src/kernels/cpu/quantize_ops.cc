@@ -7,10 +7,12 @@
 // integer ops in int32); requantization scales in float, as the reference does.
 //
 // These are correctness kernels for imported quantized models (plain loops over the
-// output), and the reference the fast path is tested against: under --allow_compression the
-// fuse_qdq pass (src/opt/fuse_qdq.cc) moves QLinearConv and QDQ Conv onto kiln::Int8Conv
-// (oneDNN, within one step of these kernels); QLinearMatMul, MatMulInteger and ConvInteger
-// still run here.
+// output), and the reference the fast paths are tested against: under --allow_compression
+// fuse_qdq (src/opt/fuse_qdq.cc) moves QLinearConv and QDQ Conv onto kiln::Int8Conv (oneDNN,
+// within one step of these kernels), and fuse_qdq_matmul (src/opt/fuse_qdq_matmul.cc) moves
+// QLinearMatMul and MatMulInteger with constant 2-D weights onto kiln::Int8MatMul (bit-identical
+// to these kernels) and QDQ MatMul/Gemm (within one step of their float reference).
+// ConvInteger, and the forms those passes do not take, still run here.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
