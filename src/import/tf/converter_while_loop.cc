@@ -19,6 +19,7 @@
 // frame and an Exit returns to the enclosing one; a node reached from two frames is invalid,
 // as in TensorFlow. Unlike TensorFlow, an Enter is placed in the frame it starts and an Exit in
 // the frame it returns to, which are the scopes that convert them here.
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -87,9 +88,15 @@ struct LoopFrame {
   std::map<std::string, int> var_of_switch;
 };
 
+// Frame conversions (three per Loop built) allowed per node of a body, and at most: a loop
+// is built once per scope that needs it, a few times in a real graph.
+constexpr int64_t kMaxFrameConversionsPerNode = 16;
+constexpr int64_t kMaxFrameConversions = int64_t{1} << 20;
+
 // The frames of one Body.
 struct BodyFrames {
   bool has_loops = false;
+  int64_t conversions_left = 0;
   std::map<std::string, std::string> frame_of;  // node -> frame ("" the top level)
   std::map<std::string, std::string> parent;    // frame -> enclosing frame
   // node -> why it belongs to no single frame, and the frames involved.
@@ -127,6 +134,8 @@ BodyFrames AnalyzeFrames(const Body& body) {
     if (IsEnter(*node)) out.has_loops = true;
   }
   if (!out.has_loops) return out;
+  out.conversions_left = std::min(
+      kMaxFrameConversions, kMaxFrameConversionsPerNode * static_cast<int64_t>(body.nodes.size()));
   std::map<std::string, std::vector<const NodeDef*>> consumers;
   std::deque<const NodeDef*> queue;
   for (const auto& [name, node] : body.nodes) {
@@ -444,15 +453,14 @@ std::optional<absl::StatusOr<std::vector<TfValue>>> Converter::ConvertWhileLoopO
     }
     // Each build converts the frame three times (cond0, body, cond1), and a loop nested in
     // another's condition is built in both of its condition scopes: loops nested that way
-    // expand exponentially, as functions that call each other do, and share their budget.
+    // expand exponentially, as functions that call each other do.
     if (!loops.built.count({scope, child})) {
-      for (int i = 0; i < 3; ++i) {
-        if (!ChargeCall(child).ok()) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              DescribeNode(scope, node), ": ", DescribeFrame(child),
-              " is built too many times (loops nested in each other's conditions expand "
-              "exponentially)"));
-        }
+      frames.conversions_left -= 3;
+      if (frames.conversions_left < 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            DescribeNode(scope, node), ": ", DescribeFrame(child), " is built too many times (",
+            kMaxFrameConversionsPerNode, " frame conversions per node of the graph at most; ",
+            "loops nested in each other's conditions expand exponentially)"));
       }
     }
     auto outputs = BuildLoop(*this, loops, scope, **lf);
