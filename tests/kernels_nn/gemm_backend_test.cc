@@ -259,5 +259,20 @@ TEST(GemmBackendChoice, Avx2DoesNotTimeLargeOperands) {
   EXPECT_NE(choice->reason.find("not timed"), std::string::npos) << choice->reason;
 }
 
+// OpenBLAS's dimensions are 32-bit ints: a dimension beyond that stays on oneDNN even when
+// OpenBLAS is forced (it would be truncated).
+TEST(GemmBackendChoice, DimensionsBeyondInt32StayOnOneDnn) {
+  ScopedBackend backend("openblas");
+  nn::GemmShape s;
+  s.rows = 1;
+  s.n = 1;
+  s.k = int64_t{1} << 31;
+  s.lda = s.k;
+  s.ldb = 1;
+  auto choice = nn::ChooseGemmBackend(nullptr, s, nullptr, 2, false, [](const float*, float*) {});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->backend, GemmBackend::kOneDnn) << choice->reason;
+}
+
 }  // namespace
 }  // namespace kiln::kernels

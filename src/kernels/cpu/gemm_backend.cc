@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -90,6 +91,12 @@ bool OpenBlasUsable(std::string* why) {
 absl::StatusOr<GemmChoice> ChooseGemmBackend(
     PackedConstantCache* cache, const GemmShape& shape, const float* b, int threads,
     bool onednn_packs, absl::FunctionRef<void(const float*, float*)> run_onednn) {
+  // Debian's OpenBLAS takes 32-bit dimensions (blasint is int): a larger one stays on oneDNN,
+  // whatever is asked for.
+  constexpr int64_t kMaxBlasDim = std::numeric_limits<blasint>::max();
+  if (std::max({shape.rows, shape.n, shape.k, shape.lda, shape.ldb}) > kMaxBlasDim) {
+    return GemmChoice{GemmBackend::kOneDnn, "a dimension exceeds OpenBLAS's 32-bit int"};
+  }
   const char* forced = std::getenv("KILN_GEMM_BACKEND");
   if (forced != nullptr && forced[0] != '\0' && !absl::EqualsIgnoreCase(forced, "auto")) {
     if (absl::EqualsIgnoreCase(forced, "onednn")) {
