@@ -153,7 +153,8 @@ class QdqMatMulFuser {
     n.op = ir::kInt8MatMulOp;
     n.domain = "kiln";
     n.name = like.name;
-    const std::string base = like.name.empty() ? g_.value(like.outputs[0]).name : like.name;
+    const std::string base = LayerName(like);
+    n.attrs[ir::kCompressedLayerAttr] = base;
     n.inputs = {a,
                 g_.AddConstant(g_.UniqueName(base + "/wq"), w.q),
                 g_.AddConstant(g_.UniqueName(base + "/w_zero"), w.zero),
@@ -162,6 +163,21 @@ class QdqMatMulFuser {
                 bias};
     while (!n.inputs.empty() && n.inputs.back() == kNoValue) n.inputs.pop_back();
     return n;
+  }
+
+  // The layer's name for the accuracy guard (its keep_fp32 set) and the report: the node's
+  // name, or its output's when it has none.
+  std::string LayerName(const Node& n) const {
+    if (!n.name.empty()) return n.name;
+    if (!n.outputs.empty() && !g_.value(n.outputs[0]).name.empty()) {
+      return g_.value(n.outputs[0]).name;
+    }
+    // Unnamed node and value: its output's id, the same each time the guard compresses the
+    // same source graph again.
+    return absl::StrCat(n.op, "#", n.outputs.empty() ? -1 : n.outputs[0]);
+  }
+  bool KeptFp32(const Node& n) const {
+    return ctx_.options().compression->keep_fp32.contains(LayerName(n));
   }
 
   // Sets the requantization: out_scales[j] = a_scale * w_scale[j] / y_scale, in float and in
@@ -207,7 +223,7 @@ class QdqMatMulFuser {
 
   void RewriteQLinearMatMul(NodeId id) {
     const Node n = g_.node(id);
-    if (n.inputs.size() != 8 || n.outputs.size() != 1) return;
+    if (n.inputs.size() != 8 || n.outputs.size() != 1 || KeptFp32(n)) return;
     const Tensor* b = view_.Constant(n.inputs[3]);
     if (b == nullptr || b->rank() != 2) return;
     const auto a_scale = Scales(view_.Constant(n.inputs[1]), 1);
@@ -224,13 +240,13 @@ class QdqMatMulFuser {
     Node out = Int8MatMul(n, n.inputs[0], *w, n.inputs[2], kNoValue);
     Requantize(out, (*a_scale)[0], *b_scale, (*y_scale)[0], zero);
     Replace(id, std::move(out));
-    ctx_.Note(absl::StrCat("QLinearMatMul '", n.name, "' -> kiln Int8MatMul (",
+    ctx_.Note(absl::StrCat("QLinearMatMul '", LayerName(n), "' -> kiln Int8MatMul (",
                            WeightNote(*w, &*b_scale), ")"));
   }
 
   void RewriteMatMulInteger(NodeId id) {
     const Node n = g_.node(id);
-    if (n.inputs.size() < 2 || n.outputs.size() != 1) return;
+    if (n.inputs.size() < 2 || n.outputs.size() != 1 || KeptFp32(n)) return;
     const Tensor* b = view_.Constant(n.inputs[1]);
     if (b == nullptr || b->rank() != 2) return;
     // A's zero point: absent, a one-element constant, or DynamicQuantizeLinear's (a scalar).
@@ -249,7 +265,7 @@ class QdqMatMulFuser {
     const auto w = PrepareWeights(*b, false, view_.Constant(b_zero));
     if (!w) return;
     Replace(id, Int8MatMul(n, n.inputs[0], *w, a_zero, kNoValue));
-    ctx_.Note(absl::StrCat("MatMulInteger '", n.name, "' -> kiln Int8MatMul (",
+    ctx_.Note(absl::StrCat("MatMulInteger '", LayerName(n), "' -> kiln Int8MatMul (",
                            WeightNote(*w, nullptr), ")"));
   }
 
@@ -280,7 +296,7 @@ class QdqMatMulFuser {
     }
     if (!view_.IsPrivate(v) || p == nullptr || p->outputs.size() != 1) return;
     const bool gemm = Is(p, "Gemm");
-    if (!gemm && !Is(p, "MatMul")) return;
+    if ((!gemm && !Is(p, "MatMul")) || KeptFp32(*p)) return;
     if (gemm && (p->GetInt("transA", 0) != 0 || p->GetFloat("alpha", 1) != 1.0f ||
                  p->GetFloat("beta", 1) != 1.0f)) {
       return;
@@ -334,7 +350,7 @@ class QdqMatMulFuser {
     Node out = Int8MatMul(matmul, dx->inputs[0], *w, Input(*dx, 2), bias);
     Requantize(out, (*x_scale)[0], *w_scale, (*y_scale)[0], zero);
     if (relu) out.attrs["relu"] = int64_t{1};
-    const std::string& name = matmul.name;
+    const std::string name = LayerName(matmul);
     for (NodeId r : replaced) g_.node(r).removed = true;
     Replace(q_id, std::move(out));
     view_.Refresh();

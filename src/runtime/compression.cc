@@ -309,7 +309,8 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     KILN_ASSIGN_OR_RETURN(options.activation_ranges,
                           CollectActivationRanges(*fp32, examples, calibration_options));
   }
-  KILN_ASSIGN_OR_RETURN(auto compressed, Compress(*fp32, pass_options, options));
+  const ir::Graph& from = settings.source ? *settings.source : *fp32;
+  KILN_ASSIGN_OR_RETURN(auto compressed, Compress(from, pass_options, options));
   const std::vector<std::string> layers = CompressedLayers(*fp32, *compressed.first);
   result.compressed_layers = static_cast<int>(layers.size());
   result.graph = compressed.first;
@@ -352,7 +353,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
       for (const std::string& other : layers) {
         if (other != layer) alone.keep_fp32.insert(other);
       }
-      KILN_ASSIGN_OR_RETURN(auto single, Compress(*fp32, pass_options, alone));
+      KILN_ASSIGN_OR_RETURN(auto single, Compress(from, pass_options, alone));
       KILN_ASSIGN_OR_RETURN(auto acc, evaluate(*single.first));
       sensitivity.push_back({WorstScore(acc), layer});
     }
@@ -367,7 +368,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     guarded.keep_fp32.insert(sensitivity[i].second);
     result.kept_fp32.push_back(sensitivity[i].second);
     if (result.kept_fp32.size() == layers.size()) break;  // everything fp32: use fp32 below
-    KILN_ASSIGN_OR_RETURN(auto attempt, Compress(*fp32, pass_options, guarded));
+    KILN_ASSIGN_OR_RETURN(auto attempt, Compress(from, pass_options, guarded));
     KILN_ASSIGN_OR_RETURN(auto acc, evaluate(*attempt.first));
     if (WorstScore(acc) <= tolerance) {
       result.graph = attempt.first;

@@ -65,6 +65,10 @@ struct CompressionSettings {
   bool bf16 = false;  // ModelOptions::mixed_precision_bf16
   double tolerance = 0.02;
   std::string calibration_source;  // for the report: "DIR (N examples)" or "warmup requests"
+  // The graph to compress from when it is not the optimized fp32 one: the imported graph of a
+  // model that arrives quantized (QDQ), whose DequantizeLinear(weights) the fp32 constant
+  // folding turned into float weights, which the QDQ fusion passes can no longer match.
+  std::shared_ptr<const ir::Graph> source;
 };
 
 struct CompressedSignature {

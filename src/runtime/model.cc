@@ -316,11 +316,10 @@ class ModelImpl : public Model {
   std::string Inspect() const override;
 
   absl::Status Init(import::ImportedModel imported, const ModelOptions& options);
-  absl::StatusOr<std::shared_ptr<ir::Graph>> CompressAtLoad(const std::shared_ptr<ir::Graph>& graph,
-                                                            const opt::PassOptions& pass_options,
-                                                            const exec::CompileOptions& compile,
-                                                            SignatureRuntime& rt,
-                                                            const ModelOptions& options);
+  absl::StatusOr<std::shared_ptr<ir::Graph>> CompressAtLoad(
+      const std::shared_ptr<ir::Graph>& graph, const opt::PassOptions& pass_options,
+      const exec::CompileOptions& compile, SignatureRuntime& rt, const ModelOptions& options,
+      std::shared_ptr<const ir::Graph> source);
 
  private:
   absl::StatusOr<const SignatureRuntime*> Find(absl::string_view key) const {
@@ -362,12 +361,28 @@ class ModelImpl : public Model {
   ModelOptions options_;
 };
 
+// True when `graph` dequantizes constant 8-bit weights (the QDQ form of ONNX Runtime's
+// quantize_static), which the QDQ fusion passes (src/opt/fuse_qdq*.cc) match.
+bool HasQuantizedWeights(const ir::Graph& graph) {
+  for (const ir::Node& node : graph.nodes()) {
+    if (node.removed || !node.domain.empty() || node.op != "DequantizeLinear" ||
+        node.inputs.empty() || !graph.IsConstant(node.inputs[0])) {
+      continue;
+    }
+    const DType t = graph.value(node.inputs[0]).constant->dtype();
+    if (t == DType::kInt8 || t == DType::kUInt8) return true;
+  }
+  return false;
+}
+
 // Compression of one signature's optimized fp32 graph (compression.h); the report goes to
 // the signature's Inspect() text and to stderr, the load log of `kiln serve` and `kiln run`.
 absl::StatusOr<std::shared_ptr<ir::Graph>> ModelImpl::CompressAtLoad(
     const std::shared_ptr<ir::Graph>& graph, const opt::PassOptions& pass_options,
-    const exec::CompileOptions& compile, SignatureRuntime& rt, const ModelOptions& options) {
+    const exec::CompileOptions& compile, SignatureRuntime& rt, const ModelOptions& options,
+    std::shared_ptr<const ir::Graph> source) {
   CompressionSettings settings;
+  settings.source = std::move(source);
   settings.int8 = options.allow_compression;
   settings.bf16 = options.mixed_precision_bf16;
   settings.tolerance = options.compression_tolerance;
@@ -459,6 +474,12 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       if (v.type.dtype == DType::kInvalid) v.type.dtype = rt.info.inputs.at(sg.input_keys[i]).dtype;
     }
     rt.log.nodes_before = graph->num_live_nodes();
+    // A model that arrives quantized (QDQ) is compressed from the imported graph: the fp32
+    // optimization below folds its DequantizeLinear(weights) into float weights.
+    std::shared_ptr<const ir::Graph> quantized_source;
+    if (!options.disable_optimizer && options.allow_compression && HasQuantizedWeights(*graph)) {
+      quantized_source = std::make_shared<const ir::Graph>(*graph);
+    }
     opt::PassOptions pass_options;
     const exec::KernelEvaluator evaluator;
     if (options.disable_optimizer) {
@@ -487,7 +508,8 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
           "would run it (changing them) before serving\n";
     } else if (!options.disable_optimizer &&
                (options.allow_compression || options.mixed_precision_bf16)) {
-      KILN_ASSIGN_OR_RETURN(graph, CompressAtLoad(graph, pass_options, compile, rt, options));
+      KILN_ASSIGN_OR_RETURN(graph, CompressAtLoad(graph, pass_options, compile, rt, options,
+                                                  std::move(quantized_source)));
     }
     for (const ir::Node& node : graph->nodes()) {
       if (!node.removed) {

@@ -15,6 +15,7 @@
 #include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/opt/pass.h"
+#include "kiln/runtime/model.h"
 
 namespace kiln::opt {
 namespace {
@@ -312,6 +313,43 @@ TEST(FuseQdqMatMulTest, WithoutCompressionNothingIsRewritten) {
   const Result r = OptimizeAndRun(QLinearMatMulGraph(96, 8, DType::kInt8), false, {x});
   EXPECT_EQ(Count(r.graph, ir::kInt8MatMulOp), 0);
   EXPECT_EQ(Count(r.graph, "QLinearMatMul"), 1);
+}
+
+// At load: the runtime optimizes the fp32 graph first, whose constant folding turns
+// DequantizeLinear(w) into float weights; a QDQ model must be compressed from the imported
+// graph, or no QDQ layer is rewritten (as happened before model.cc kept that graph).
+TEST(FuseQdqMatMulTest, QdqModelIsRewrittenAtLoad) {
+  auto imported = [] {
+    import::ImportedModel m;
+    m.platform = "onnx";
+    m.path = "qdq_mlp";
+    import::SignatureGraph sig;
+    sig.key = "serving_default";
+    sig.method_name = "tensorflow/serving/predict";
+    sig.graph = QdqGraph(80, 56);
+    const std::vector<std::pair<std::string, DType>> outs = {
+        {"hq", DType::kUInt8}, {"yq", DType::kInt8}, {"y", DType::kFloat32}};
+    sig.input_keys = {"x"};
+    sig.inputs["x"].dtype = DType::kFloat32;
+    sig.inputs["x"].rank_known = true;
+    sig.inputs["x"].shape = {-1, 80};
+    for (const auto& [key, dtype] : outs) {
+      sig.output_keys.push_back(key);
+      sig.outputs[key].dtype = dtype;
+    }
+    m.signatures.push_back(std::move(sig));
+    return m;
+  };
+  runtime::ModelOptions options;
+  options.allow_compression = true;
+  auto compressed = runtime::Model::FromImported(imported(), options);
+  ASSERT_TRUE(compressed.ok()) << compressed.status();
+  const std::string text = (*compressed)->Inspect();
+  EXPECT_NE(text.find("kiln::Int8MatMul: 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 layers compressed"), std::string::npos) << text;
+  auto plain = runtime::Model::FromImported(imported(), runtime::ModelOptions());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)->Inspect().find("Int8MatMul"), std::string::npos);
 }
 
 #ifdef KILN_TEST_MAX_ISA
