@@ -442,26 +442,41 @@ absl::Status FuseElementwiseChains(Graph& g, PassContext& ctx) {
     }
     return false;
   };
-  // Grow chains: a node joins the chain whose (private) output it reads.
+  // Grow chains: a node joins the chain whose (private) output it reads, unless the chain's
+  // program would then need more registers than the kernel has: a chain of 1900 Relus must
+  // become several fused nodes, not one that no plan can run. Each node costs at most one
+  // temporary plus one register per operand from outside the chain (an input or a constant).
   std::map<ValueId, int> chain_of_output;  // current output value -> chain index
   std::vector<std::vector<NodeId>> chains;
+  std::vector<int> chain_registers;  // upper bound of each chain's registers
   for (NodeId id : order) {
     const Node& n = g.node(id);
     if (!fusable(n)) continue;
     int joined = -1;
+    ValueId joined_via = kNoValue;
     for (ValueId in : n.inputs) {
       auto it = chain_of_output.find(in);
       if (it != chain_of_output.end() && view.IsPrivate(in)) {
         joined = it->second;
-        chain_of_output.erase(it);
+        joined_via = in;
         break;
       }
     }
-    if (joined < 0) {
+    int cost = 1;
+    for (ValueId in : n.inputs) cost += in != joined_via ? 1 : 0;
+    if (joined >= 0 && chain_registers[joined] + cost > ir::kFusedElementwiseMaxRegisters) {
+      joined = -1;
+    }
+    if (joined >= 0) {
+      chain_of_output.erase(joined_via);
+    } else {
       joined = static_cast<int>(chains.size());
       chains.emplace_back();
+      chain_registers.push_back(0);
+      cost = 1 + static_cast<int>(n.inputs.size());
     }
     chains[joined].push_back(id);
+    chain_registers[joined] += cost;
     chain_of_output[n.outputs[0]] = joined;
   }
   for (const std::vector<NodeId>& chain : chains) {

@@ -149,6 +149,25 @@ TEST(FusionTest, ElementwiseChainBecomesOneNode) {
   EXPECT_EQ(LiveOps(opt), (std::multiset<std::string>{"FusedElementwise"})) << opt.ToString();
 }
 
+// A chain longer than one program's registers becomes several fused nodes that each compile,
+// not one that no plan can run (the fuzzer's 1900-Relu chain failed to compile).
+TEST(FusionTest, ChainBeyondTheRegisterLimitIsSplit) {
+  Graph g;
+  const ValueId a = g.AddValue("a", TensorType::Of(DType::kFloat32, {2, 5}));
+  g.inputs = {a};
+  ValueId y = a;
+  for (int i = 0; i < 150; ++i) {
+    // Each Add reads its own tensor constant: one more input register per step.
+    y = Op(g, "Add", {Op(g, "Sin", {y}), Const(g, "c" + std::to_string(i),
+                                                Random(Shape{5}, 100 + i, -0.1f, 0.1f))});
+  }
+  g.outputs = {y};
+  Graph opt = OptimizeAndCompare(g, {Random(Shape{2, 5}, 1)});
+  const std::multiset<std::string> ops = LiveOps(opt);
+  EXPECT_EQ(ops.count("FusedElementwise"), ops.size()) << opt.ToString();
+  EXPECT_GE(ops.size(), 5u);  // 300 nodes, at most 64 registers each
+}
+
 TEST(FusionTest, CancellingTransposesAndDuplicatesDisappear) {
   Graph g;
   const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {2, 3, 4}));

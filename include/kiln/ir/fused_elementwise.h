@@ -44,6 +44,9 @@ inline constexpr char kFusedElementwiseDomain[] = "kiln";
 inline constexpr char kFusedElementwiseOp[] = "FusedElementwise";
 inline constexpr char kFusedElementwiseProgramAttr[] = "program";
 inline constexpr char kFusedElementwiseOutputsAttr[] = "outputs";
+// Inputs + distinct constants + temporaries of one program (the kernel keeps them all in
+// vector registers or on its stack; the optimizer splits longer chains).
+inline constexpr int kFusedElementwiseMaxRegisters = 64;
 
 class FusedElementwiseBuilder {
  public:

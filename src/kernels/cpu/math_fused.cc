@@ -18,6 +18,9 @@ namespace {
 using simd::BinaryOp;
 using simd::UnaryOp;
 
+// The optimizer sizes fused chains by the contract's limit; the kernel's register file must match.
+static_assert(simd::kMaxFusedRegisters == ir::kFusedElementwiseMaxRegisters);
+
 const std::map<std::string, UnaryOp>& UnaryOps() {
   static const auto* ops = new std::map<std::string, UnaryOp>{
       {"Identity", UnaryOp::kIdentity}, {"Abs", UnaryOp::kAbs}, {"Neg", UnaryOp::kNeg},
