@@ -22,6 +22,8 @@
 //
 // Without VNNI, the kernel keeps oneDNN's int16 pair sums from saturating by splitting weights
 // beyond 7 bits into two 7-bit halves (exact, twice the multiply-adds); the log says which.
+// The QDQ form is rewritten there only with 7-bit weights (ONNX Runtime's reduce_range): with
+// 8-bit ones the split kernel is slower than the float MatMul the form otherwise runs as.
 //
 // Runs before constant folding (order 91), which would otherwise fold DequantizeLinear(w) into
 // float weights and lose the model's int8 weights; only under --allow_compression, as
@@ -322,6 +324,12 @@ class QdqMatMulFuser {
     if (w_zero_id != kNoValue && view_.Constant(w_zero_id) == nullptr) return;
     const auto w = PrepareWeights(*b, trans_b, view_.Constant(w_zero_id));
     if (!w) return;
+    // Without VNNI, 8-bit weights would take the split path (twice the int8 work), measured
+    // slower than the float MatMul this form leaves after constant folding (0.57x at batch 1,
+    // 1.01x at batch 32, MLP 512-2048-2048-512 under the AVX2 cap; docs/performance/
+    // compression.md). Unlike QLinearMatMul/MatMulInteger, whose alternative is the reference
+    // loops, the QDQ form's alternative is the reference itself: keep it.
+    if (!vnni_ && !w->seven_bits) return;
     // Gemm's bias, when ONNX Runtime wrote it: int32 in accumulator units (its scale exactly
     // x_scale * w_scale, zero point 0), added to the int32 sum.
     ValueId bias = kNoValue;
