@@ -48,7 +48,7 @@ inline bool IsElementwiseOp(const Node& node) {
 inline bool IsChannelConcat(const Graph& graph, const Node& node) {
   if (!node.domain.empty() || node.op != "Concat" || node.outputs.size() != 1) return false;
   const ValueId y = node.outputs[0];
-  if (y == kNoValue || y >= graph.num_values()) return false;
+  if (y < 0 || y >= graph.num_values()) return false;
   const TensorType& type = graph.value(y).type;
   if (!type.rank_known || type.rank() != 4) return false;
   const int64_t axis = node.GetInt("axis", 0);
@@ -91,6 +91,10 @@ inline bool LayoutTransparentInputs(const Graph& graph, const Node& node,
   carrying->clear();
   const bool concat = IsChannelConcat(graph, node);
   if (!concat && !IsElementwiseOp(node)) return false;
+  // Ids are range-checked so that this is safe on any graph, verified or not.
+  for (ValueId y : node.outputs) {
+    if (y < kNoValue || y >= graph.num_values()) return false;
+  }
   if (node.outputs.empty() || node.outputs[0] == kNoValue) return false;
   const TensorType& out = graph.value(node.outputs[0]).type;
   if (!layout_internal::KnownImage(out)) return false;
