@@ -263,28 +263,7 @@ class MatMulKernel : public OpKernel {
     void* scratch_aligned =
         scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64);
     auto run_onednn = [&](const float* a, float* c) {
-      auto& stream = ThreadStream();
-      const RawMemory a_mem(user_a_desc_, a);
-      const RawMemory b_mem(b_desc_, b_data);
-      const RawMemory c_mem(c_desc_, c);
-      const RawMemory scratch_mem(scratch_desc_, scratch_aligned);
-      const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
-      if (bias_index_ >= 0) {
-        const RawMemory bias_mem(bias_desc_, bias.data());
-        ExecutePrimitive(primitive_, stream,
-                         {{DNNL_ARG_SRC, a_mem.get()},
-                          {DNNL_ARG_WEIGHTS, weights},
-                          {DNNL_ARG_BIAS, bias_mem.get()},
-                          {DNNL_ARG_DST, c_mem.get()},
-                          {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-      } else {
-        ExecutePrimitive(primitive_, stream,
-                         {{DNNL_ARG_SRC, a_mem.get()},
-                          {DNNL_ARG_WEIGHTS, weights},
-                          {DNNL_ARG_DST, c_mem.get()},
-                          {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-      }
-      stream.wait();
+      ExecuteOneDnn(a, b_data, bias_index_ >= 0 ? bias.data() : nullptr, c, scratch_aligned);
     };
     KILN_ASSIGN_OR_RETURN(
         GemmChoice choice,
@@ -339,6 +318,33 @@ class MatMulKernel : public OpKernel {
     return absl::OkStatus();
   }
 
+  // One run of the oneDNN primitive on raw pointers (`bias` null when the node has none). The
+  // memory objects and arguments go through oneDNN's C API: no heap block of Kiln's per call.
+  void ExecuteOneDnn(const void* a, const void* b, const void* bias, void* c, void* scratch) const {
+    auto& stream = ThreadStream();
+    const RawMemory a_mem(user_a_desc_, a);
+    const RawMemory b_mem = packed_b_ ? RawMemory() : RawMemory(b_desc_, b);
+    const RawMemory c_mem(c_desc_, c);
+    const RawMemory scratch_mem(scratch_desc_, scratch);
+    const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
+    if (bias != nullptr) {
+      const RawMemory bias_mem(bias_desc_, bias);
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, a_mem.get()},
+                        {DNNL_ARG_WEIGHTS, weights},
+                        {DNNL_ARG_BIAS, bias_mem.get()},
+                        {DNNL_ARG_DST, c_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+    } else {
+      ExecutePrimitive(primitive_, stream,
+                       {{DNNL_ARG_SRC, a_mem.get()},
+                        {DNNL_ARG_WEIGHTS, weights},
+                        {DNNL_ARG_DST, c_mem.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
+    }
+    stream.wait();
+  }
+
   // Fills dst with beta * broadcast(C) for Gemm's general C.
   void FillC(const Tensor& c, float* dst) const {
     const float* cv = c.data<float>();
@@ -363,34 +369,14 @@ class MatMulKernel : public OpKernel {
     if (empty_product_) return ComputeEmptyProduct(ctx);
     if (use_loop_) return LoopCompute(a, b, y);
     if (backend_ == GemmBackend::kOpenBlas) return OpenBlasCompute(ctx);
-    auto& stream = ThreadStream();
     if (c_index_ >= 0) FillC(ctx.inputs[c_index_], y.data<float>());
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
       if (r.raw_data() != y.raw_data()) std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
     }
-    // Memory objects and arguments through oneDNN's C API: no heap block of Kiln's per call.
-    const RawMemory a_mem(user_a_desc_, a.raw_data());
-    const RawMemory b_mem = packed_b_ ? RawMemory() : RawMemory(b_desc_, b.raw_data());
-    const RawMemory c_mem(c_desc_, y.raw_data());
-    const RawMemory scratch_mem(scratch_desc_, ctx.scratch);
-    const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
-    if (bias_index_ >= 0) {
-      const RawMemory bias_mem(bias_desc_, ctx.inputs[bias_index_].raw_data());
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, a_mem.get()},
-                        {DNNL_ARG_WEIGHTS, weights},
-                        {DNNL_ARG_BIAS, bias_mem.get()},
-                        {DNNL_ARG_DST, c_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    } else {
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, a_mem.get()},
-                        {DNNL_ARG_WEIGHTS, weights},
-                        {DNNL_ARG_DST, c_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    }
-    stream.wait();
+    ExecuteOneDnn(a.raw_data(), b.raw_data(),
+                  bias_index_ >= 0 ? ctx.inputs[bias_index_].raw_data() : nullptr, y.raw_data(),
+                  ctx.scratch);
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
   }
