@@ -6,12 +6,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include <optional>
 #include "import/tf/tensor_bundle.h"
 #include "kiln/ir/graph.h"
 #include "kiln/ir/variable.h"
@@ -74,7 +74,6 @@ struct Scope {
   // the call's results are ordered after them.
   std::vector<ir::ValueId> control_writes;
 };
-
 
 // The TF1 while loops (Enter/Exit frames) found in each body, and the loops built from them
 // (converter_while_loop.cc).
@@ -169,14 +168,14 @@ class Converter {
                                            const std::vector<ir::ValueId>& after,
                                            const std::string& node_name);
   absl::StatusOr<std::vector<ir::ValueId>> ControlDependencyWrites(Scope* scope,
-                                                                  const tensorflow::NodeDef& node);
+                                                                   const tensorflow::NodeDef& node);
   absl::Status OrderOutputsAfter(Scope* scope, const tensorflow::NodeDef& node,
                                  const std::vector<ir::ValueId>& writes,
                                  std::vector<TfValue>& outputs);
   ir::ValueId OrderValueAfter(Scope* scope, ir::ValueId value,
                               const std::vector<ir::ValueId>& writes, const std::string& name);
   absl::StatusOr<std::vector<ir::ValueId>> WritesReachedFrom(Scope* scope,
-                                                            std::vector<std::string> names);
+                                                             std::vector<std::string> names);
   // Converts the variable writes among a called function's control outputs into
   // callee->control_writes (the call's results are ordered after them).
   absl::Status ConvertCallControlWrites(Scope* callee);

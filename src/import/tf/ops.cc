@@ -84,7 +84,7 @@ ir::ValueId Transpose(OpContext& c, ir::ValueId v, const std::vector<int64_t>& p
 // Passes input 0 through (a tensor, or a table handle).
 absl::Status PassThrough(OpContext& c) {
   if (c.num_inputs() < 1 || (c.input(0) == ir::kNoValue && c.input_value(0).table == nullptr &&
-                            c.input_value(0).variable == nullptr)) {
+                             c.input_value(0).variable == nullptr)) {
     return NeedInputs(c, 1);
   }
   c.outputs() = {c.input_value(0)};
