@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "../testing/quant_test_util.h"
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/int8_ops.h"
 #include "kiln/kernels/compressed_matmul.h"  // CpuHasInt8Vnni
@@ -19,22 +20,8 @@ namespace {
 using testing::KernelTestOptions;
 using testing::RunKernel;
 
-template <typename T>
-Tensor RandomInts(Shape shape, uint32_t seed, int lo, int hi) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(lo, hi);
-  Tensor t(DTypeOf<T>::value, shape);
-  for (T& v : t.span<T>()) v = static_cast<T>(dist(rng));
-  return t;
-}
-
-Tensor RandomFloats(Shape shape, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t(DType::kFloat32, shape);
-  for (float& v : t.span<float>()) v = dist(rng);
-  return t;
-}
+using test_util::RandomFloats;
+using test_util::RandomInts;
 
 double Element(const Tensor& t, int64_t i) {
   switch (t.dtype()) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 
+#include "../testing/quant_test_util.h"
 #include "kiln/exec/plan.h"
 #include "kiln/ir/int8_ops.h"
 #include "kiln/opt/pass.h"
@@ -20,33 +21,11 @@ using ir::Graph;
 using ir::TensorType;
 using ir::ValueId;
 
-template <typename T>
-Tensor RandomInts(Shape shape, uint32_t seed, int lo, int hi) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> dist(lo, hi);
-  Tensor t(DTypeOf<T>::value, shape);
-  for (T& v : t.span<T>()) v = static_cast<T>(dist(rng));
-  return t;
-}
+using test_util::F;
+using test_util::Node1;
+using test_util::RandomFloats;
+using test_util::RandomInts;
 
-Tensor RandomFloats(Shape shape, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t(DType::kFloat32, shape);
-  for (float& v : t.span<float>()) v = dist(rng);
-  return t;
-}
-
-ValueId Node1(Graph& g, const std::string& op, std::vector<ValueId> inputs, const std::string& name,
-              std::map<std::string, ir::Attribute> attrs = {}) {
-  const ir::NodeId id = g.AddNode(op, std::move(inputs), 1, std::move(attrs), name);
-  g.value(g.node(id).outputs[0]).name = name;
-  return g.node(id).outputs[0];
-}
-
-ValueId F(Graph& g, const std::string& name, float v) {
-  return g.AddConstant(name, Tensor::FromVector<float>({v}, Shape{}));
-}
 ValueId U8(Graph& g, const std::string& name, uint8_t v) {
   return g.AddConstant(name, Tensor::FromVector<uint8_t>({v}, Shape{}));
 }
