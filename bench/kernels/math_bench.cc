@@ -1,5 +1,5 @@
 // Micro-benchmarks of the math kernels, run through the kernel registry exactly as the
-// executor runs them (Prepare once, Compute per iteration into preallocated outputs), next to
+// executor runs them (Reshape once, Compute per iteration into preallocated outputs), next to
 // peers measured in the same process: memcpy (the memory-bandwidth roof for streaming ops)
 // and plain C++ loops compiled with the same flags (what a straightforward kernel gets).
 //
@@ -42,14 +42,14 @@ struct Prepared {
     const ir::NodeId id = graph.AddNode(op, ids, 1, std::move(attrs), "bench");
     const ir::Node& node = graph.node(id);
     kernel = std::move(*(*KernelRegistry::Global().Find("", op))(node));
-    PrepareContext p;
+    ReshapeContext p;
     p.node = &node;
     for (size_t i = 0; i < inputs.size(); ++i) {
       InputInfo info{inputs[i].dtype(), inputs[i].shape(), constants.count(i) ? &inputs[i] : nullptr};
       p.inputs.push_back(info);
     }
     p.SetNumOutputs(1);
-    if (!kernel->Prepare(p).ok()) std::abort();
+    if (!kernel->Reshape(p).ok()) std::abort();
     outputs.emplace_back(p.output_dtypes[0], p.output_shapes[0]);
     if (p.scratch_bytes) scratch = Buffer::Allocate(p.scratch_bytes);
   }

@@ -49,7 +49,7 @@ std::unique_ptr<Prepared> Prepare(const std::string& op, std::vector<Tensor> inp
   auto kernel = (*KernelRegistry::Global().Find("", op))(node);
   if (!kernel.ok()) std::abort();
   p->kernel = std::move(*kernel);
-  PrepareContext ctx;
+  ReshapeContext ctx;
   ctx.node = &node;
   p->threads = BenchThreads();
   ctx.intra_op_threads = p->threads;
@@ -58,7 +58,7 @@ std::unique_ptr<Prepared> Prepare(const std::string& op, std::vector<Tensor> inp
         {inputs[i].dtype(), inputs[i].shape(), constant_inputs.count(i) ? &inputs[i] : nullptr});
   }
   ctx.SetNumOutputs(num_outputs);
-  if (!p->kernel->Prepare(ctx).ok()) std::abort();
+  if (!p->kernel->Reshape(ctx).ok()) std::abort();
   for (int i = 0; i < num_outputs; ++i) {
     p->outputs.emplace_back(ctx.output_dtypes[i], ctx.output_shapes[i]);
   }

@@ -18,7 +18,7 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node, absl::Span<co
     return absl::UnimplementedError(absl::StrCat("no CPU kernel for ", node.Describe()));
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::OpKernel> kernel, (*factory)(node));
-  kernels::PrepareContext prepare;
+  kernels::ReshapeContext prepare;
   prepare.node = &node;
   for (const Tensor& t : inputs) {
     kernels::InputInfo info;
@@ -30,7 +30,7 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node, absl::Span<co
     prepare.inputs.push_back(info);
   }
   prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
-  KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
+  KILN_RETURN_IF_ERROR(kernel->Reshape(prepare));
   MemoryBudget budget(max_output_bytes);
   std::vector<Tensor> outputs(node.outputs.size());
   kernels::ComputeContext ctx;
@@ -49,7 +49,7 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node, absl::Span<co
 
 }  // namespace
 
-bool AllOutputsEmpty(const kernels::PrepareContext& prepare) {
+bool AllOutputsEmpty(const kernels::ReshapeContext& prepare) {
   if (prepare.output_shapes.empty()) return false;
   for (size_t i = 0; i < prepare.output_shapes.size(); ++i) {
     if (prepare.output_dynamic[i] || prepare.output_shapes[i].num_elements() != 0) return false;
@@ -57,7 +57,7 @@ bool AllOutputsEmpty(const kernels::PrepareContext& prepare) {
   return true;
 }
 
-absl::Status RunPrepared(const kernels::OpKernel& kernel, const kernels::PrepareContext& prepare,
+absl::Status RunPrepared(const kernels::OpKernel& kernel, const kernels::ReshapeContext& prepare,
                          kernels::ComputeContext& ctx) {
   for (size_t i = 0; i < ctx.outputs.size(); ++i) {
     ctx.outputs[i] = Tensor();

@@ -201,7 +201,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
   input_shapes_.assign(input_shapes.begin(), input_shapes.end());
   size_t hidden = 0;
   for (const ir::Node& node : graph.nodes()) hidden += node.outputs.size();
-  // Kernels may keep pointers to constant inputs they saw in Prepare: never reallocate.
+  // Kernels may keep pointers to constant inputs they saw in Reshape: never reallocate.
   values_.reserve(graph.num_values() + hidden);
   values_.resize(graph.num_values());
   for (ValueId v = 0; v < graph.num_values(); ++v) {
@@ -311,7 +311,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
                                                    node.domain.empty() ? "" : node.domain + "::",
                                                    node.op, " (node ", node.Describe(), ")"));
     }
-    kernels::PrepareContext prepare;
+    kernels::ReshapeContext prepare;
     if (shapes_known) {
       auto kernel = (*factory)(node);
       if (!kernel.ok()) return Annotate(kernel.status(), node.Describe());
@@ -325,7 +325,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
         prepare.output_layouts.push_back(v == kNoValue ? ir::MemoryLayout::kPlain
                                                        : graph.value(v).layout);
       }
-      absl::Status status = step.kernel->Prepare(prepare);
+      absl::Status status = step.kernel->Reshape(prepare);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat(node.Describe(), " with inputs (",
                                              DescribeInputs(infos), ")"));
@@ -707,7 +707,7 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
   const kernels::KernelFactory* factory =
       kernels::KernelRegistry::Global().Find(node.domain, node.op);
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::OpKernel> kernel, (*factory)(node));
-  kernels::PrepareContext prepare;
+  kernels::ReshapeContext prepare;
   prepare.node = &node;
   prepare.intra_op_threads = options_.intra_op_threads;
   prepare.inputs.resize(step.inputs.size());
@@ -724,7 +724,7 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
     prepare.output_layouts.push_back(v == ir::kNoValue ? ir::MemoryLayout::kPlain
                                                        : graph_->value(v).layout);
   }
-  KILN_RETURN_IF_ERROR(kernel->Prepare(prepare));
+  KILN_RETURN_IF_ERROR(kernel->Reshape(prepare));
   return RunPrepared(*kernel, prepare, ctx);
 }
 

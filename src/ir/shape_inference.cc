@@ -1,6 +1,6 @@
 // Static shape and dtype inference on the IR. Rules are per operator and deliberately
 // conservative: when a rule cannot tell, the value stays unknown. Concrete shapes are settled
-// later by the kernels' Prepare when a plan is compiled, so this only serves the optimizer
+// later by the kernels' Reshape when a plan is compiled, so this only serves the optimizer
 // and the printer.
 #include <functional>
 #include <optional>

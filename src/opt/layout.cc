@@ -13,7 +13,7 @@
 // plain together: a graph input or output, or a reader that needs NCHW (Flatten, a
 // per-channel broadcast), makes the whole connected stretch plain, and its convs reorder at
 // that border. Kernels see the layout through InputInfo::layout and
-// PrepareContext::output_layouts; ir::Verify checks every reader can. Decisions are
+// ReshapeContext::output_layouts; ir::Verify checks every reader can. Decisions are
 // recomputed from scratch on every run of the pass, so a later rewrite never leaves a stale
 // layout.
 #include <set>

@@ -20,9 +20,9 @@ std::atomic<int>& RendezvousArrivals() {
 namespace {
 using kernels::ComputeContext;
 using kernels::OpKernel;
-using kernels::PrepareContext;
+using kernels::ReshapeContext;
 
-absl::Status NeedFloat(const PrepareContext& ctx, size_t i) {
+absl::Status NeedFloat(const ReshapeContext& ctx, size_t i) {
   if (i >= ctx.inputs.size() || ctx.inputs[i].dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat("input ", i, " must be float"));
   }
@@ -33,7 +33,7 @@ absl::Status NeedFloat(const PrepareContext& ctx, size_t i) {
 class AddKernel : public OpKernel {
  public:
   explicit AddKernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return absl::InvalidArgumentError("Add takes 2 inputs");
     if (ctx.inputs[0].shape != ctx.inputs[1].shape) {
       return absl::InvalidArgumentError(absl::StrCat("shapes differ: ",
@@ -60,7 +60,7 @@ class AddKernel : public OpKernel {
 class AddBroadcast1Kernel : public OpKernel {
  public:
   explicit AddBroadcast1Kernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     if (ctx.inputs[1].shape != Shape{1}) return absl::InvalidArgumentError("b must be [1]");
     if (x.rank() > 1 && x.dim(x.rank() - 1) != 1) {
@@ -84,7 +84,7 @@ class AddBroadcast1Kernel : public OpKernel {
 class ReluKernel : public OpKernel {
  public:
   explicit ReluKernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (auto s = NeedFloat(ctx, 0); !s.ok()) return s;
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = ctx.inputs[0].shape;
@@ -103,7 +103,7 @@ class ReluKernel : public OpKernel {
 class ScaleKernel : public OpKernel {
  public:
   explicit ScaleKernel(const ir::Node& node) : factor_(node.GetFloat("factor", 1.0f)) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (auto s = NeedFloat(ctx, 0); !s.ok()) return s;
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = ctx.inputs[0].shape;
@@ -128,7 +128,7 @@ class ScaleKernel : public OpKernel {
 class CountKernel : public OpKernel {
  public:
   explicit CountKernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;
     ctx.output_shapes[0] = ctx.inputs[0].shape;
     return absl::OkStatus();
@@ -144,7 +144,7 @@ class CountKernel : public OpKernel {
 class PositivesKernel : public OpKernel {
  public:
   explicit PositivesKernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (auto s = NeedFloat(ctx, 0); !s.ok()) return s;
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_dynamic[0] = true;
@@ -166,7 +166,7 @@ class PositivesKernel : public OpKernel {
 class RendezvousKernel : public OpKernel {
  public:
   explicit RendezvousKernel(const ir::Node& node) : parties_(node.GetInt("parties", 2)) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;
     ctx.output_shapes[0] = ctx.inputs[0].shape;
     return absl::OkStatus();

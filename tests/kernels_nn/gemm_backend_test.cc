@@ -33,7 +33,7 @@ Tensor Random(Shape shape, uint32_t seed) {
   return t;
 }
 
-// Sets KILN_GEMM_BACKEND for one scope (the kernels read it at Prepare).
+// Sets KILN_GEMM_BACKEND for one scope (the kernels read it at Reshape).
 class ScopedBackend {
  public:
   explicit ScopedBackend(const std::string& name) { setenv("KILN_GEMM_BACKEND", name.c_str(), 1); }

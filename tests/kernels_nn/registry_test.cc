@@ -15,7 +15,7 @@ namespace {
 class NoopKernel : public OpKernel {
  public:
   explicit NoopKernel(const ir::Node&) {}
-  absl::Status Prepare(PrepareContext&) override { return absl::OkStatus(); }
+  absl::Status Reshape(ReshapeContext&) override { return absl::OkStatus(); }
   absl::Status Compute(ComputeContext&) const override { return absl::OkStatus(); }
 };
 

@@ -13,17 +13,17 @@ namespace kiln::exec {
 
 // True when every output of a prepared node is empty: nothing to compute (and kernels need
 // not handle calling oneDNN or dividing by a zero dimension for no work).
-bool AllOutputsEmpty(const kernels::PrepareContext& prepare);
+bool AllOutputsEmpty(const kernels::ReshapeContext& prepare);
 
 // Runs `kernel`, already prepared as `prepare` says, on ctx.inputs: allocates each output that
 // is not dynamic with the prepared dtype and shape (ctx.Allocate: counted against ctx.memory
 // when set), and the scratch (reserved from ctx.memory too), then Compute; skips Compute when
 // every output is empty. ctx.outputs must hold one Tensor per node output.
-absl::Status RunPrepared(const kernels::OpKernel& kernel, const kernels::PrepareContext& prepare,
+absl::Status RunPrepared(const kernels::OpKernel& kernel, const kernels::ReshapeContext& prepare,
                          kernels::ComputeContext& ctx);
 
 // The CPU kernels as an ir::NodeEvaluator: each call creates the node's kernel, prepares it for
-// the inputs' dtypes and shapes (constant inputs visible to Prepare) and runs it once. Holds
+// the inputs' dtypes and shapes (constant inputs visible to Reshape) and runs it once. Holds
 // no state.
 class KernelEvaluator final : public ir::NodeEvaluator {
  public:

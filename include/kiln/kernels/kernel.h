@@ -1,9 +1,16 @@
-// The kernel interface, after TFLite's Prepare/Eval split:
-//  - Prepare runs once when a plan is compiled for concrete input shapes. It checks inputs,
-//    computes output dtypes and shapes, sizes scratch memory and creates primitives (oneDNN).
-//  - Compute runs on every execution and only does the math into memory the executor owns.
+// The kernel interface: Create -> Reshape -> Compute, after XNNPACK's create/reshape/setup and
+// ONNX Runtime's PrePack.
+//  - Create runs once per node per loaded model, on the model's own kernel object for the node
+//    (shared by every plan of the model): it validates attributes and packs constant weights
+//    into the layout its implementation wants, so a new batch size packs nothing.
+//  - Reshape runs once per plan (input-shape signature), on the plan's kernel object: it checks
+//    inputs, computes output dtypes and shapes, sizes scratch memory and creates primitives
+//    (oneDNN). It finds what Create made through ReshapeContext::created.
+//  - Compute runs on every execution and only does the math into memory the executor owns,
+//    with no heap allocation: per-run objects (oneDNN memory handles) live in the kernel's
+//    KernelRunState, made once per pooled run state of the plan.
 // One kernel object serves every concurrent run of its plan, so Compute must not mutate the
-// kernel (per-run state goes in the scratch memory).
+// kernel (per-run state goes in the scratch memory or the KernelRunState).
 #pragma once
 
 #include <functional>
@@ -34,15 +41,31 @@ struct InputInfo {
   bool present() const { return dtype != DType::kInvalid; }
 };
 
-struct PrepareContext {
+class OpKernel;
+
+// What Create sees: the node's inputs as the loaded model knows them. Constant inputs
+// (weights) have `constant` set; the shapes of other inputs may be unknown (rank 0, dtype set
+// where the graph records it), since every plan of the model shares what Create makes.
+struct CreateContext {
   const ir::Node* node = nullptr;
+  std::vector<InputInfo> inputs;  // one per node input
+  // The model's store of packed constants (null: the kernel keeps its own copy).
+  PackedConstantCache* packed_constants = nullptr;
+};
+
+struct ReshapeContext {
+  const ir::Node* node = nullptr;
+  // The model's kernel object for this node, on which Create ran (same class, same node); a
+  // kernel reads the weights it packed there. Null where no Create ran (compile-time
+  // evaluation of a single node, tests): the kernel then packs in Reshape.
+  const OpKernel* created = nullptr;
   std::vector<InputInfo> inputs;  // one per node input
   int intra_op_threads = 1;       // threads Compute may use through ComputeContext::ParallelFor
   // Where constant weights packed for a primitive are kept, shared by every plan of the model
   // (null: the kernel keeps its own copy).
   PackedConstantCache* packed_constants = nullptr;
 
-  // Set by Prepare, one entry per node output:
+  // Set by Reshape, one entry per node output:
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
   // True where the output shape depends on input values (NonZero, data-dependent Reshape,
@@ -53,7 +76,7 @@ struct PrepareContext {
   std::vector<int> output_in_place_of;
   size_t scratch_bytes = 0;     // per-run scratch, 64-byte aligned
   int activation_reorders = 0;  // layout reorders Compute runs per call (for `kiln inspect`)
-  // Set by the plan before Prepare, one per node output: the layout the kernel must write
+  // Set by the plan before Reshape, one per node output: the layout the kernel must write
   // (ir::MemoryLayout; not reset by SetNumOutputs).
   std::vector<ir::MemoryLayout> output_layouts;
   ir::MemoryLayout output_layout(size_t i) const {
@@ -84,6 +107,14 @@ class SubgraphRunner {
 void OpenMpParallelFor(int64_t n, int64_t min_chunk, int threads,
                        absl::FunctionRef<void(int64_t, int64_t)> fn);
 
+// Per-run objects of one kernel (oneDNN memory handles re-pointed with set_data_handle,
+// argument maps): made once per pooled run state of the plan by OpKernel::NewRunState, so
+// Compute allocates nothing.
+class KernelRunState {
+ public:
+  virtual ~KernelRunState() = default;
+};
+
 struct ComputeContext {
   absl::Span<const Tensor> inputs;  // invalid Tensor for an omitted optional input
   absl::Span<Tensor> outputs;       // preallocated, except the dynamic ones
@@ -95,6 +126,8 @@ struct ComputeContext {
   // nothing that runs.
   bool use_openmp = false;
   SubgraphRunner* subgraphs = nullptr;
+  // The kernel's per-run objects from NewRunState (null when it has none).
+  KernelRunState* run_state = nullptr;
 
   // Parallel loop over [0, n) on the OpenMP team (or inline). The body goes by
   // absl::FunctionRef: a std::function per call could allocate on every run (issue 9).
@@ -123,14 +156,21 @@ struct ComputeContext {
 absl::Status OverBudgetError(const ir::Node* node, const std::string& what, DType dtype,
                              const Shape& shape, size_t bytes, const MemoryBudget& budget);
 
-// Thread safety: a kernel is created and Prepared by the one thread compiling its plan;
-// Compute() is const because concurrent Runs of that plan call it on many threads at once, so a
-// kernel keeps per-run state in the ComputeContext (outputs, scratch), never in members.
+// Thread safety: a kernel is created and reshaped by the one thread loading its model or
+// compiling its plan; Compute() is const because concurrent Runs of that plan call it on many
+// threads at once, so a kernel keeps per-run state in the ComputeContext (outputs, scratch,
+// run_state), never in members.
 class OpKernel {
  public:
   virtual ~OpKernel() = default;
-  virtual absl::Status Prepare(PrepareContext& ctx) = 0;
+  // Once per node per loaded model (see the top of this file). Kernels with nothing to
+  // validate or pack ahead of shapes keep the default.
+  virtual absl::Status Create(CreateContext& /*ctx*/) { return absl::OkStatus(); }
+  virtual absl::Status Reshape(ReshapeContext& ctx) = 0;
   virtual absl::Status Compute(ComputeContext& ctx) const = 0;
+  // After Reshape, once per pooled run state of the plan: the objects Compute re-points
+  // instead of allocating (null: none).
+  virtual std::unique_ptr<KernelRunState> NewRunState() const { return nullptr; }
 };
 
 using KernelFactory = std::function<absl::StatusOr<std::unique_ptr<OpKernel>>(const ir::Node&)>;

@@ -3,7 +3,7 @@
 //
 // A plan is compiled per input-shape signature (every batch size, up to the plan cache's
 // capacity); without sharing, each plan would pack, and keep, its own copy of every weight.
-// Kernels ask the cache for (node, key) in Prepare, where the key describes the packing (the
+// Kernels ask the cache for (node, key) in Reshape, where the key describes the packing (the
 // packed memory descriptor: a primitive may choose another weight layout at another batch
 // size, and then gets its own entry). The cache is thread-safe: plans for different shapes
 // compile concurrently. Entries live as long as the cache, i.e. as long as the model.

@@ -1,6 +1,6 @@
 // Test helper for kernel authors: runs one operator through the real kernel registry, the
-// way the plan compiler does (Prepare with the input dtypes/shapes, then Compute into
-// outputs allocated from the shapes Prepare declared).
+// way the plan compiler does (Reshape with the input dtypes/shapes, then Compute into
+// outputs allocated from the shapes Reshape declared).
 //
 //   #include "kiln/kernels/testing.h"
 //   using kiln::kernels::testing::RunKernel;
@@ -17,10 +17,10 @@
 //
 // Besides running the kernel it checks what the executor relies on, and fails with a
 // message when the kernel breaks it:
-//  - Prepare filled one dtype and shape per output; Compute kept preallocated outputs (same
+//  - Reshape filled one dtype and shape per output; Compute kept preallocated outputs (same
 //    dtype, shape, memory) and allocated every dynamic output;
 //  - Compute is repeatable (a second run gives equal outputs: kernels must not keep state);
-//  - where Prepare allows an output in place of an input, running it in place gives the
+//  - where Reshape allows an output in place of an input, running it in place gives the
 //    same result as running it out of place.
 // Link the test with kiln_kernels_cpu: KernelRegistry::Global() holds every kernel of the
 // library (its table of kernel files, not static initializers, registers them).
@@ -45,12 +45,12 @@ namespace kiln::kernels::testing {
 struct KernelTestOptions {
   int num_outputs = 1;
   std::string domain;             // "" for ONNX ops, "kiln" for Kiln's own
-  std::set<int> constant_inputs;  // inputs Prepare sees as compile-time constants
+  std::set<int> constant_inputs;  // inputs Reshape sees as compile-time constants
   int intra_op_threads = 1;       // > 1 runs Compute's loops on an OpenMP team that large
   bool check_repeatable = true;   // false for random ops
   bool check_in_place = true;
   // After a successful run, run again with batch 0 (see internal::BatchZero): the kernel may
-  // refuse it in Prepare, but must not crash, and Compute must keep the executor's contract.
+  // refuse it in Reshape, but must not crash, and Compute must keep the executor's contract.
   bool check_batch_zero = true;
   bool batch_zero_run = false;  // set on that second run
 };
@@ -60,13 +60,13 @@ namespace internal {
 struct PreparedKernel {
   ir::Graph graph;
   std::unique_ptr<OpKernel> kernel;
-  PrepareContext prepare;
+  ReshapeContext prepare;
 };
 
 inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
                                                        const std::vector<Tensor>& inputs,
                                                        int threads, bool in_place) {
-  const PrepareContext& p = pk.prepare;
+  const ReshapeContext& p = pk.prepare;
   const size_t n = p.output_dtypes.size();
   std::vector<Tensor> outputs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -106,7 +106,7 @@ inline absl::StatusOr<std::vector<Tensor>> ComputeOnce(const PreparedKernel& pk,
     if (outputs[i].raw_data() != expected[i].raw_data() ||
         outputs[i].dtype() != expected[i].dtype() || outputs[i].shape() != expected[i].shape()) {
       return absl::InternalError(absl::StrCat(
-          what, ": Compute replaced a preallocated output (declare it dynamic in Prepare)"));
+          what, ": Compute replaced a preallocated output (declare it dynamic in Reshape)"));
     }
   }
   return outputs;
@@ -175,7 +175,7 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(
   if (!kernel.ok()) return kernel.status();
   pk->kernel = std::move(*kernel);
 
-  PrepareContext& prepare = pk->prepare;
+  ReshapeContext& prepare = pk->prepare;
   prepare.node = &node;
   prepare.intra_op_threads = options.intra_op_threads;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -188,19 +188,19 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(
     prepare.inputs.push_back(info);
   }
   prepare.SetNumOutputs(options.num_outputs);
-  absl::Status status = pk->kernel->Prepare(prepare);
+  absl::Status status = pk->kernel->Reshape(prepare);
   if (!status.ok() && options.batch_zero_run) return std::vector<Tensor>{};  // op refuses it
   if (!status.ok()) return status;
   const size_t n = static_cast<size_t>(options.num_outputs);
   if (prepare.output_dtypes.size() != n || prepare.output_shapes.size() != n ||
       prepare.output_dynamic.size() != n || prepare.output_in_place_of.size() != n) {
-    return absl::InternalError(absl::StrCat(node.Describe(), ": Prepare sized its outputs for ",
+    return absl::InternalError(absl::StrCat(node.Describe(), ": Reshape sized its outputs for ",
                                             prepare.output_dtypes.size(), ", the node has ", n));
   }
   for (size_t i = 0; i < n; ++i) {
     if (prepare.output_dtypes[i] == DType::kInvalid && !prepare.output_dynamic[i]) {
       return absl::InternalError(
-          absl::StrCat(node.Describe(), ": Prepare left the dtype of output ", i, " unset"));
+          absl::StrCat(node.Describe(), ": Reshape left the dtype of output ", i, " unset"));
     }
   }
 

@@ -103,14 +103,14 @@ absl::StatusOr<bool> ScalarBool(const Tensor& t, const std::string& what) {
 class ControlFlowKernel : public OpKernel {
  public:
   explicit ControlFlowKernel(const ir::Node& node) : node_(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
     ctx.output_dynamic.assign(node_.outputs.size(), true);
     return CheckAttributes(ctx);
   }
 
  protected:
-  virtual absl::Status CheckAttributes(PrepareContext& ctx) = 0;
+  virtual absl::Status CheckAttributes(ReshapeContext& ctx) = 0;
   absl::StatusOr<const ir::Graph*> Body(const char* key) const {
     ir::GraphPtr g = node_.GetGraph(key);
     if (!g) {
@@ -132,7 +132,7 @@ class IfKernel : public ControlFlowKernel {
  public:
   using ControlFlowKernel::ControlFlowKernel;
 
-  absl::Status CheckAttributes(PrepareContext& ctx) override {
+  absl::Status CheckAttributes(ReshapeContext& ctx) override {
     KILN_ASSIGN_OR_RETURN(const ir::Graph* then_branch, Body("then_branch"));
     KILN_ASSIGN_OR_RETURN(const ir::Graph* else_branch, Body("else_branch"));
     for (const ir::Graph* g : {then_branch, else_branch}) {
@@ -164,7 +164,7 @@ class LoopKernel : public ControlFlowKernel {
  public:
   using ControlFlowKernel::ControlFlowKernel;
 
-  absl::Status CheckAttributes(PrepareContext& ctx) override {
+  absl::Status CheckAttributes(ReshapeContext& ctx) override {
     KILN_ASSIGN_OR_RETURN(const ir::Graph* body, Body("body"));
     if (ctx.inputs.size() < 2) {
       return absl::InvalidArgumentError(
@@ -239,7 +239,7 @@ class ScanKernel : public ControlFlowKernel {
  public:
   using ControlFlowKernel::ControlFlowKernel;
 
-  absl::Status CheckAttributes(PrepareContext& ctx) override {
+  absl::Status CheckAttributes(ReshapeContext& ctx) override {
     KILN_ASSIGN_OR_RETURN(const ir::Graph* body, Body("body"));
     const int64_t m = node_.GetInt("num_scan_inputs", -1);
     if (m <= 0 || m > static_cast<int64_t>(ctx.inputs.size())) {

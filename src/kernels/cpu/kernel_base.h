@@ -13,7 +13,7 @@
 namespace kiln::kernels {
 
 // Keeps the node's description for error messages and the first attribute error:
-// constructors cannot fail, so Prepare reports it (KILN_RETURN_IF_ERROR(attr_status())).
+// constructors cannot fail, so Reshape reports it (KILN_RETURN_IF_ERROR(attr_status())).
 class NodeKernel : public OpKernel {
  protected:
   explicit NodeKernel(const ir::Node& node) : where_(node.Describe()) {}
@@ -36,7 +36,7 @@ class NodeKernel : public OpKernel {
 
 // Declares one output of input 0's shape and `dtype` (an elementwise op's output), which the
 // plan may place over input 0's memory when `in_place_of_input0`.
-inline void DeclareOutputLikeInput0(PrepareContext& ctx, DType dtype, bool in_place_of_input0) {
+inline void DeclareOutputLikeInput0(ReshapeContext& ctx, DType dtype, bool in_place_of_input0) {
   ctx.SetNumOutputs(1);
   ctx.output_dtypes[0] = dtype;
   ctx.output_shapes[0] = ctx.inputs[0].shape;

@@ -38,7 +38,7 @@ class DetKernel : public MathKernel {
  public:
   explicit DetKernel(const ir::Node& node) : MathKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || !math::IsFloat(ctx.inputs[0].dtype)) {
       return Error("'X' must be a float tensor");
     }

@@ -50,7 +50,7 @@ class LossKernel : public MathKernel {
   }
 
   // Checks (scores, target, weight?) and sets n_, c_, d_ and output 0.
-  absl::Status PrepareLoss(PrepareContext& ctx, const char* scores_name, const char* target_name) {
+  absl::Status PrepareLoss(ReshapeContext& ctx, const char* scores_name, const char* target_name) {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() < 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present()) {
       return Error("needs inputs '", scores_name, "' and '", target_name, "'");
@@ -96,7 +96,7 @@ class LossKernel : public MathKernel {
   }
 
   // The scratch of Compute: the log-probabilities as doubles.
-  void DeclareScratch(PrepareContext& ctx) const {
+  void DeclareScratch(ReshapeContext& ctx) const {
     ctx.scratch_bytes = sizeof(double) * static_cast<size_t>(std::max<int64_t>(n_ * c_ * d_, 1));
   }
 
@@ -160,7 +160,7 @@ class NllLossKernel : public LossKernel {
  public:
   explicit NllLossKernel(const ir::Node& node) : LossKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareLoss(ctx, "input", "target"));
     DeclareScratch(ctx);
     return absl::OkStatus();
@@ -179,7 +179,7 @@ class SoftmaxCrossEntropyKernel : public LossKernel {
  public:
   explicit SoftmaxCrossEntropyKernel(const ir::Node& node) : LossKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareLoss(ctx, "scores", "labels"));
     if (num_outputs_ > 1) {
       ctx.output_dtypes[1] = ctx.inputs[0].dtype;

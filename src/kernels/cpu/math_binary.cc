@@ -299,7 +299,7 @@ class BinaryKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     const size_t n = ctx.inputs.size();
     if (IsVariadic(kind_) ? n < 1 : n != 2) {
@@ -486,7 +486,7 @@ class BinaryKernel : public MathKernel {
 class WhereKernel : public MathKernel {
  public:
   explicit WhereKernel(const ir::Node& node) : MathKernel(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 3 || !Present(ctx, 0) || !Present(ctx, 1) || !Present(ctx, 2)) {
       return Error("expects 3 inputs (condition, X, Y)");
     }

@@ -184,7 +184,7 @@ class CastKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("input is missing");
     DType to = to_;

@@ -191,7 +191,7 @@ inline const Tensor& InputOrEmpty(const ComputeContext& ctx, int i) {
   static const Tensor kEmpty;
   return i < static_cast<int>(ctx.inputs.size()) ? ctx.inputs[i] : kEmpty;
 }
-inline bool Present(const PrepareContext& ctx, int i) {
+inline bool Present(const ReshapeContext& ctx, int i) {
   return i < static_cast<int>(ctx.inputs.size()) && ctx.inputs[i].present();
 }
 

@@ -129,7 +129,7 @@ class FusedElementwiseKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (static_cast<int>(ctx.inputs.size()) != num_inputs_) {
       return Error("expects ", num_inputs_, " inputs, got ", ctx.inputs.size());

@@ -156,7 +156,7 @@ class ReduceKernel : public MathKernel {
         attr_axes_(node.GetInts("axes", {})),
         has_attr_axes_(node.HasAttr("axes")) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     dynamic_axes_ = false;
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("input 'data' is missing");
     const DType dt = ctx.inputs[0].dtype;
@@ -267,7 +267,7 @@ class ReduceKernel : public MathKernel {
   absl::Status ComputeWithRuntimeAxes(ComputeContext& ctx) const {
     ReduceKernel prepared(*this);
     prepared.dynamic_axes_ = false;
-    PrepareContext prepare;
+    ReshapeContext prepare;
     prepare.intra_op_threads = ctx.intra_op_threads;
     for (const Tensor& t : ctx.inputs) {
       InputInfo info;
@@ -279,7 +279,7 @@ class ReduceKernel : public MathKernel {
       prepare.inputs.push_back(info);
     }
     prepare.inputs[0].constant = nullptr;
-    KILN_RETURN_IF_ERROR(prepared.Prepare(prepare));
+    KILN_RETURN_IF_ERROR(prepared.Reshape(prepare));
     KILN_RETURN_IF_ERROR(
         ctx.Allocate(0, prepare.output_dtypes[0], prepare.output_shapes[0]).status());
     std::shared_ptr<Buffer> scratch = Buffer::Allocate(prepare.scratch_bytes);
@@ -452,7 +452,7 @@ class ArgKernel : public MathKernel {
         keepdims_(node.GetInt("keepdims", 1) != 0),
         select_last_(node.GetInt("select_last_index", 0) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1 || !ctx.inputs[0].present()) return Error("expects one input");
     const DType dt = ctx.inputs[0].dtype;
     if (!IsNumeric(dt)) return Error("input dtype ", DTypeName(dt), " is not numeric");
@@ -533,7 +533,7 @@ class CumSumKernel : public MathKernel {
         exclusive_(node.GetInt("exclusive", 0) != 0),
         reverse_(node.GetInt("reverse", 0) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2 || !Present(ctx, 0) || !Present(ctx, 1)) {
       return Error("expects 2 inputs (x, axis)");
     }

@@ -87,7 +87,7 @@ class SoftmaxKernel : public MathKernel {
   SoftmaxKernel(const ir::Node& node, SoftmaxKind kind)
       : MathKernel(node), kind_(kind), axis_attr_(node.GetInt("axis", -1)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1 || !ctx.inputs[0].present()) {
       return Error("expects exactly one input");
     }

@@ -84,7 +84,7 @@ class UnaryKernel : public MathKernel {
   UnaryKernel(const ir::Node& node, UnaryOp op, UnaryParams params)
       : MathKernel(node), op_(op), params_(params) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 1 || !ctx.inputs[0].present()) {
       return Error("expects exactly one input, got ", ctx.inputs.size());
@@ -124,7 +124,7 @@ class ClipKernel : public MathKernel {
  public:
   explicit ClipKernel(const ir::Node& node) : MathKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("input 'input' is missing");
     const DType dt = ctx.inputs[0].dtype;
     if (!IsNumeric(dt)) return Error("input dtype ", DTypeName(dt), " is not numeric");
@@ -190,7 +190,7 @@ class PredicateKernel : public MathKernel {
     detect_negative_ = node.GetInt("detect_negative", 1) != 0;
     detect_positive_ = node.GetInt("detect_positive", 1) != 0;
   }
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1 || !ctx.inputs[0].present()) {
       return Error("expects exactly one input");
     }

@@ -113,7 +113,7 @@ class ConvKernel : public DnnlKernel {
   ConvKernel(const ir::Node& node, bool transpose) : DnnlKernel(node), transpose_(transpose) {}
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     reference_.reset();
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
     const bool has_residual =

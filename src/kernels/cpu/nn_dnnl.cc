@@ -88,7 +88,7 @@ absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
   return cache->GetOrCreate<dnnl::memory>(&node, key, pack);
 }
 
-absl::Status PrimitiveWeights::Prepare(const PrepareContext& ctx, const ir::Node& node,
+absl::Status PrimitiveWeights::Prepare(const ReshapeContext& ctx, const ir::Node& node,
                                        const InputInfo& w, const memory::desc& chosen_layout,
                                        size_t* offset) {
   chosen = chosen_layout;

@@ -89,21 +89,21 @@ absl::Status CatchDnnl(const ir::Node& node, Fn&& fn) {
   }
 }
 
-// A kernel on oneDNN primitives: Prepare and Compute run PrepareImpl and ComputeImpl through
+// A kernel on oneDNN primitives: Reshape and Compute run ReshapeImpl and ComputeImpl through
 // CatchDnnl.
 class DnnlKernel : public OpKernel {
  public:
   explicit DnnlKernel(const ir::Node& node) : node_(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) final {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
+  absl::Status Reshape(ReshapeContext& ctx) final {
+    return CatchDnnl(node_, [&] { return ReshapeImpl(ctx); });
   }
   absl::Status Compute(ComputeContext& ctx) const final {
     return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
   }
 
  protected:
-  virtual absl::Status PrepareImpl(PrepareContext& ctx) = 0;
+  virtual absl::Status ReshapeImpl(ReshapeContext& ctx) = 0;
   virtual absl::Status ComputeImpl(ComputeContext& ctx) const = 0;
 
   ir::Node node_;
@@ -131,7 +131,7 @@ void ExecutePrimitive(const dnnl::primitive& primitive, dnnl::stream& stream,
                       std::initializer_list<dnnl_exec_arg_t> args);
 
 // `user` (a constant input's bytes) reordered into `packed`, the layout a primitive chose.
-// Through `cache` (PrepareContext::packed_constants) when there is one, so every plan of the
+// Through `cache` (ReshapeContext::packed_constants) when there is one, so every plan of the
 // model shares one packed copy per node and layout; the kernel's own copy otherwise.
 absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
     PackedConstantCache* cache, const ir::Node& node, const dnnl::memory::desc& user,
@@ -147,9 +147,9 @@ struct PrimitiveWeights {
   std::shared_ptr<const dnnl::memory> packed;  // shared by the model's plans
   dnnl::reorder reorder_primitive;             // user -> chosen, when not packed
 
-  // At Prepare, `user` set, with the primitive's layout `chosen_layout`: packs constant
+  // At Reshape, `user` set, with the primitive's layout `chosen_layout`: packs constant
   // weights, or places their per-run copy in scratch at *offset (advancing it).
-  absl::Status Prepare(const PrepareContext& ctx, const ir::Node& node, const InputInfo& w,
+  absl::Status Prepare(const ReshapeContext& ctx, const ir::Node& node, const InputInfo& w,
                        const dnnl::memory::desc& chosen_layout, size_t* offset);
 };
 

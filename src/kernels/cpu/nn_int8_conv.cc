@@ -106,7 +106,7 @@ class Int8ConvKernel : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     const std::vector<ir::PostOp> post_ops = ir::GetPostOps(node_);
     const bool has_residual = ir::HasResidual(node_);
     if (ctx.inputs.size() < 2) {
@@ -392,7 +392,7 @@ class Int8ReorderKernel : public DnnlKernel {
   Int8ReorderKernel(const ir::Node& node, bool quantize) : DnnlKernel(node), quantize_(quantize) {}
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
     }
@@ -460,7 +460,7 @@ class Int8PoolKernel : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs one input"));
     }

@@ -64,7 +64,7 @@ class CompressedMatMulBase : public DnnlKernel {
 
   // Checks A and the weight (input 1, `weight_dtype`), sets the output; `first_optional` is
   // the index of the bias input.
-  absl::Status PrepareShapes(PrepareContext& ctx, DType weight_dtype, size_t first_optional) {
+  absl::Status PrepareShapes(ReshapeContext& ctx, DType weight_dtype, size_t first_optional) {
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
     const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(),
                                           [](const PostOp& p) { return p.kind == "Add"; });
@@ -136,7 +136,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
   explicit DynamicQuantMatMulKernel(const ir::Node& node) : CompressedMatMulBase(node) {}
 
  private:
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kInt8, 4));
     for (int i : {2, 3}) {
       const DType want = i == 2 ? DType::kFloat32 : DType::kInt32;
@@ -332,7 +332,7 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
   static constexpr int64_t kStreamingRows = 8;
   enum class Path { kNone, kDnnlBf16, kStreaming, kWidenedF32 };
 
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareShapes(ctx, DType::kBFloat16, 2));
     packed_w_.reset();
     ctx.scratch_bytes = 0;
@@ -470,7 +470,7 @@ class Int8MatMulKernel : public DnnlKernel {
     return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", args...));
   }
 
-  absl::Status PrepareImpl(PrepareContext& ctx) override {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     out_type_ = ir::Int8TypeFromName(node_.GetString("out_type", "int32"));
     if (node_.GetString("out_type", "int32") == "int32") out_type_ = DType::kInt32;
     if (out_type_ != DType::kInt32 && out_type_ != DType::kUInt8 && out_type_ != DType::kInt8) {

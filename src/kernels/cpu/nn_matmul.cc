@@ -11,7 +11,7 @@
 // with sgemm.
 //
 // Backend: the 2-D product with constant B may run on OpenBLAS instead of oneDNN, chosen per
-// shape and ISA at Prepare (gemm_backend.h: oneDNN on AVX-512, the faster of the two on
+// shape and ISA at Reshape (gemm_backend.h: oneDNN on AVX-512, the faster of the two on
 // AVX2). OpenBLAS reads the constant weights in place, so no plan packs anything for it.
 #include <cstdint>
 #include <cstring>
@@ -36,8 +36,8 @@ class MatMulKernel : public OpKernel {
  public:
   MatMulKernel(const ir::Node& node, Flavor flavor) : node_(node), flavor_(flavor) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
-    return CatchDnnl(node_, [&] { return PrepareImpl(ctx); });
+  absl::Status Reshape(ReshapeContext& ctx) override {
+    return CatchDnnl(node_, [&] { return ReshapeImpl(ctx); });
   }
   absl::Status Compute(ComputeContext& ctx) const override {
     return CatchDnnl(node_, [&] { return ComputeImpl(ctx); });
@@ -46,7 +46,7 @@ class MatMulKernel : public OpKernel {
  private:
   bool is_gemm() const { return flavor_ == Flavor::kGemm || flavor_ == Flavor::kFusedGemm; }
 
-  absl::Status PrepareImpl(PrepareContext& ctx) {
+  absl::Status ReshapeImpl(ReshapeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
     const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(), [](const PostOp& p) {
       return p.kind == ir::kResidualPostOp;
@@ -245,7 +245,7 @@ class MatMulKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  absl::Status ChooseBackend(PrepareContext& ctx, int64_t m, size_t scratch_bytes, bool brgemm) {
+  absl::Status ChooseBackend(ReshapeContext& ctx, int64_t m, size_t scratch_bytes, bool brgemm) {
     gemm_.rows = rows_;
     gemm_.n = n_;
     gemm_.k = k_;

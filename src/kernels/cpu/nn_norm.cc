@@ -17,7 +17,7 @@
 namespace kiln::kernels::nn {
 namespace {
 
-absl::Status RequireFloat(const ir::Node& node, const PrepareContext& ctx) {
+absl::Status RequireFloat(const ir::Node& node, const ReshapeContext& ctx) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     if (ctx.inputs[i].present() && ctx.inputs[i].dtype != DType::kFloat32) {
       return absl::UnimplementedError(absl::StrCat(node.Describe(), ": input ", i, " is ",
@@ -34,13 +34,13 @@ class FloatNormKernel : public OpKernel {
  public:
   explicit FloatNormKernel(const ir::Node& node)
       : node_(node), epsilon_(node.GetFloat("epsilon", 1e-5f)) {}
-  absl::Status Prepare(PrepareContext& ctx) final {
+  absl::Status Reshape(ReshapeContext& ctx) final {
     KILN_RETURN_IF_ERROR(RequireFloat(node_, ctx));
     return PrepareFloat(ctx);
   }
 
  protected:
-  virtual absl::Status PrepareFloat(PrepareContext& ctx) = 0;
+  virtual absl::Status PrepareFloat(ReshapeContext& ctx) = 0;
 
   ir::Node node_;
   const float epsilon_;  // for the kernels with an epsilon attribute
@@ -49,7 +49,7 @@ class FloatNormKernel : public OpKernel {
 // Output 0 is float of x's shape, in place of x; outputs 1... (as many as the node has) are
 // float statistics of shape `stats`: BatchNormalization's running mean and variance,
 // LayerNormalization's Mean and InvStdDev.
-void DeclareNormOutputs(PrepareContext& ctx, const ir::Node& node, const Shape& x,
+void DeclareNormOutputs(ReshapeContext& ctx, const ir::Node& node, const Shape& x,
                         const Shape& stats) {
   ctx.SetNumOutputs(static_cast<int>(node.outputs.size()));
   ctx.output_dtypes[0] = DType::kFloat32;
@@ -66,7 +66,7 @@ void DeclareNormOutputs(PrepareContext& ctx, const ir::Node& node, const Shape& 
 class BatchNormKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     if (node_.GetInt("training_mode", 0) != 0) {
       return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": training_mode=1 is not supported for inference"));
     }
@@ -155,7 +155,7 @@ void NormalizeChannelGroups(
 class InstanceNormKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     if (x.rank() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ", x.ToString()));
@@ -178,7 +178,7 @@ class InstanceNormKernel : public FloatNormKernel {
 class GroupNormKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     groups_ = node_.GetInt("num_groups", 1);
     if (x.rank() < 2 || groups_ <= 0 || x.dim(1) % groups_ != 0) {
@@ -213,7 +213,7 @@ class GroupNormKernel : public FloatNormKernel {
 class LayerNormKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     int64_t axis = node_.GetInt("axis", -1);
     if (axis < 0) axis += x.rank();
@@ -270,7 +270,7 @@ class LayerNormKernel : public FloatNormKernel {
 class LrnKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     if (ctx.inputs[0].shape.rank() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ",
                                                      ctx.inputs[0].shape.ToString()));
@@ -315,7 +315,7 @@ class LrnKernel : public FloatNormKernel {
 class MvnKernel : public FloatNormKernel {
  public:
   using FloatNormKernel::FloatNormKernel;
-  absl::Status PrepareFloat(PrepareContext& ctx) override {
+  absl::Status PrepareFloat(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     std::vector<int64_t> axes = node_.GetInts("axes", {0, 2, 3});
     reduced_.assign(x.rank(), false);

@@ -142,7 +142,7 @@ class PoolKernel : public OpKernel {
   PoolKernel(const ir::Node& node, PoolKind kind, bool global)
       : node_(node), kind_(kind), global_(global) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     const InputInfo& x = ctx.inputs[0];
     if (x.dtype != DType::kFloat32 && !(kind_ == PoolKind::kMax && IsExactMaxDType(x.dtype))) {
       return absl::UnimplementedError(absl::StrCat(
@@ -288,7 +288,7 @@ class PoolKernel : public OpKernel {
       pb[off + i] = pads_begin_[i];
     }
     if (dtype_ != DType::kFloat32) {
-      // Prepare admitted only IsExactMaxDType: float64 and the integers, compared exactly.
+      // Reshape admitted only IsExactMaxDType: float64 and the integers, compared exactly.
       return VisitDType(dtype_, [&](auto tag) -> absl::Status {
         using T = decltype(tag);
         if constexpr (std::is_same_v<T, double> ||
@@ -463,7 +463,7 @@ class PoolKernel : public OpKernel {
   std::vector<int64_t> kernel_, strides_, dilations_, pads_begin_, pads_end_, out_spatial_;
   bool count_include_pad_ = false, with_indices_ = false;
   ir::MemoryLayout layout_ = ir::MemoryLayout::kPlain;
-  int64_t rows_images_ = 0, rows_channels_ = 0;  // channels-last view (see Prepare)
+  int64_t rows_images_ = 0, rows_channels_ = 0;  // channels-last view (see Reshape)
   int64_t p_ = 2, storage_order_ = 0;
 };
 

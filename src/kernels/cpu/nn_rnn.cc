@@ -66,7 +66,7 @@ class RnnKernel : public OpKernel {
  public:
   RnnKernel(const ir::Node& node, Cell cell) : node_(node), cell_(cell) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
       if (ctx.inputs[i].present() && i != 4 && ctx.inputs[i].dtype != DType::kFloat32) {
         return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": input ", i, " is ",

@@ -95,7 +95,7 @@ class LinearQuantKernel : public MathKernel {
     if (node.GetInt("block_size", 0) != 0) SetAttrError(Error("block_size is not supported"));
   }
 
-  absl::Status PrepareCommon(PrepareContext& ctx, const char* x_name, const char* scale_name,
+  absl::Status PrepareCommon(ReshapeContext& ctx, const char* x_name, const char* scale_name,
                              const char* zero_name) {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() < 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present()) {
@@ -150,7 +150,7 @@ class QuantizeLinearKernel : public LinearQuantKernel {
  public:
   explicit QuantizeLinearKernel(const ir::Node& node) : LinearQuantKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx, "x", "y_scale", "y_zero_point"));
     const DType xt = ctx.inputs[0].dtype;
     if (!IsFloat(xt) && xt != DType::kInt32) {
@@ -184,7 +184,7 @@ class DequantizeLinearKernel : public LinearQuantKernel {
  public:
   explicit DequantizeLinearKernel(const ir::Node& node) : LinearQuantKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx, "x", "x_scale", "x_zero_point"));
     const DType xt = ctx.inputs[0].dtype;
     if (!IsQuantizedType(xt)) {
@@ -220,7 +220,7 @@ class DynamicQuantizeLinearKernel : public MathKernel {
  public:
   explicit DynamicQuantizeLinearKernel(const ir::Node& node) : MathKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || ctx.inputs[0].dtype != DType::kFloat32) {
       return Error("'x' must be float32");
     }
@@ -347,7 +347,7 @@ void IntegerMatMul(const MatMulGeometry& g, const Tensor& a, const Tensor& b, co
 
 bool Is8Bit(DType d) { return d == DType::kInt8 || d == DType::kUInt8; }
 
-absl::Status CheckZeroPoint(const PrepareContext& ctx, int i, DType data, int64_t allowed_len,
+absl::Status CheckZeroPoint(const ReshapeContext& ctx, int i, DType data, int64_t allowed_len,
                             absl::string_view name, absl::string_view where) {
   if (!Present(ctx, i)) return absl::OkStatus();
   const InputInfo& z = ctx.inputs[i];
@@ -366,7 +366,7 @@ absl::Status CheckZeroPoint(const PrepareContext& ctx, int i, DType data, int64_
 
 // Output 0 of the integer matmuls and convolutions: `dtype`, shape `out`. The requantizing
 // ones (QLinear*) accumulate in scratch: one int32 per output element.
-void DeclareIntegerOpOutput(PrepareContext& ctx, DType dtype, const Shape& out,
+void DeclareIntegerOpOutput(ReshapeContext& ctx, DType dtype, const Shape& out,
                             bool accumulators_in_scratch) {
   ctx.SetNumOutputs(1);
   ctx.output_dtypes[0] = dtype;
@@ -381,7 +381,7 @@ class MatMulIntegerKernel : public MathKernel {
  public:
   explicit MatMulIntegerKernel(const ir::Node& node) : MathKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2 || !Is8Bit(ctx.inputs[0].dtype) || !Is8Bit(ctx.inputs[1].dtype)) {
       return Error("'A' and 'B' must be int8 or uint8");
     }
@@ -417,7 +417,7 @@ void Requantize(const int32_t* acc, int64_t count, int64_t channels, int64_t inn
   }
 }
 
-absl::Status CheckScale(const PrepareContext& ctx, int i, int64_t allowed_len,
+absl::Status CheckScale(const ReshapeContext& ctx, int i, int64_t allowed_len,
                         absl::string_view name, absl::string_view where) {
   const InputInfo& s = ctx.inputs[i];
   const int64_t n = s.shape.num_elements();
@@ -444,7 +444,7 @@ std::vector<float> RealScales(const Tensor& a_scale, const Tensor& b_scale, cons
 // The operands of QLinearMatMul and QLinearConv: (in, in_scale, in_zero_point, weight,
 // weight_scale, weight_zero_point, y_scale, y_zero_point, ...), `in` and `weight` naming the
 // first and the fourth ('a' and 'b', or 'x' and 'w'). Their types:
-absl::Status CheckQLinearTypes(const PrepareContext& ctx, absl::string_view in,
+absl::Status CheckQLinearTypes(const ReshapeContext& ctx, absl::string_view in,
                                absl::string_view weight, absl::string_view where) {
   if (!Is8Bit(ctx.inputs[0].dtype) || !Is8Bit(ctx.inputs[3].dtype) ||
       !Is8Bit(ctx.inputs[7].dtype)) {
@@ -456,7 +456,7 @@ absl::Status CheckQLinearTypes(const PrepareContext& ctx, absl::string_view in,
 
 // ... and their scales and zero points: per tensor, but the weight's per tensor or per one of
 // its `channels` output channels.
-absl::Status CheckQLinearParams(const PrepareContext& ctx, absl::string_view in,
+absl::Status CheckQLinearParams(const ReshapeContext& ctx, absl::string_view in,
                                 absl::string_view weight, int64_t channels,
                                 absl::string_view where) {
   const std::string in_s = absl::StrCat(in, "_scale"), in_z = absl::StrCat(in, "_zero_point");
@@ -487,7 +487,7 @@ class QLinearMatMulKernel : public MathKernel {
  public:
   explicit QLinearMatMulKernel(const ir::Node& node) : MathKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 8) return Error("expects 8 inputs, got ", ctx.inputs.size());
     KILN_RETURN_IF_ERROR(CheckQLinearTypes(ctx, "a", "b", where()));
     KILN_ASSIGN_OR_RETURN(geometry_,
@@ -635,7 +635,7 @@ class ConvIntegerKernel : public MathKernel {
  public:
   explicit ConvIntegerKernel(const ir::Node& node) : MathKernel(node), node_(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2 || !Is8Bit(ctx.inputs[0].dtype) || !Is8Bit(ctx.inputs[1].dtype)) {
       return Error("'x' and 'w' must be int8 or uint8");
     }
@@ -666,7 +666,7 @@ class QLinearConvKernel : public MathKernel {
  public:
   explicit QLinearConvKernel(const ir::Node& node) : MathKernel(node), node_(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 8) return Error("expects 8 or 9 inputs, got ", ctx.inputs.size());
     KILN_RETURN_IF_ERROR(CheckQLinearTypes(ctx, "x", "w", where()));
     KILN_ASSIGN_OR_RETURN(geometry_,

@@ -21,7 +21,7 @@ class ScanBatchedKernel : public OpKernel {
  public:
   explicit ScanBatchedKernel(const ir::Node& node) : node_(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     ctx.SetNumOutputs(static_cast<int>(node_.outputs.size()));
     ctx.output_dynamic.assign(node_.outputs.size(), true);
     if (!node_.GetGraph("body")) return Error("has no 'body' subgraph");

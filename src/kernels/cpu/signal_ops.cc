@@ -57,7 +57,7 @@ class WindowKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty() || !tensor_ops::IsIndexType(ctx.inputs[0].dtype) ||
         ctx.inputs[0].shape.num_elements() != 1) {
@@ -129,7 +129,7 @@ class MelWeightMatrixKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 5) return Error("expects 5 inputs, got ", ctx.inputs.size());
     for (int i = 0; i < 5; ++i) {
@@ -240,7 +240,7 @@ class DftKernel : public MathKernel {
         inverse_(node.GetInt("inverse", 0) != 0),
         onesided_(node.GetInt("onesided", 0) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || !IsFloat(ctx.inputs[0].dtype)) {
       return Error("'input' must be a float tensor");
     }
@@ -337,7 +337,7 @@ class StftKernel : public MathKernel {
   explicit StftKernel(const ir::Node& node)
       : MathKernel(node), onesided_(node.GetInt("onesided", 1) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2 || !IsFloat(ctx.inputs[0].dtype) || !ctx.inputs[1].present()) {
       return Error("needs a float 'signal' and 'frame_step'");
     }

@@ -48,17 +48,17 @@ absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view what
 
 Dims RowMajorStrides(absl::Span<const int64_t> shape);
 
-// The constant value of input `i` at Prepare time, or null.
-inline const Tensor* ConstantInput(const PrepareContext& ctx, int i) {
+// The constant value of input `i` at Reshape time, or null.
+inline const Tensor* ConstantInput(const ReshapeContext& ctx, int i) {
   return i < static_cast<int>(ctx.inputs.size()) ? ctx.inputs[i].constant : nullptr;
 }
-inline bool InputPresent(const PrepareContext& ctx, int i) {
+inline bool InputPresent(const ReshapeContext& ctx, int i) {
   return i < static_cast<int>(ctx.inputs.size()) && ctx.inputs[i].present();
 }
 // For a kernel whose output shape depends on the values of inputs `param_inputs`: `params`
-// (one entry per input) gets each present one that is constant at Prepare. False, with output
+// (one entry per input) gets each present one that is constant at Reshape. False, with output
 // 0 marked dynamic, when a present one is not: the kernel is then Prepared at run time.
-inline bool ConstantParams(PrepareContext& ctx, const std::vector<int>& param_inputs,
+inline bool ConstantParams(ReshapeContext& ctx, const std::vector<int>& param_inputs,
                            std::vector<const Tensor*>* params) {
   params->assign(ctx.inputs.size(), nullptr);
   bool all_constant = true;

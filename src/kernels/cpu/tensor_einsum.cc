@@ -29,7 +29,7 @@ class EinsumKernel : public TensorKernel {
     if (equation_.empty()) SetAttrError(Error("equation attribute is required"));
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty()) return Error("expects at least one input");
     const DType dtype = ctx.inputs[0].dtype;

@@ -31,7 +31,7 @@ absl::Status CheckIndices(const Tensor& indices, int64_t dim, bool allow_negativ
   return absl::OkStatus();
 }
 
-// An "axis" attribute and its value normalized at Prepare against a rank.
+// An "axis" attribute and its value normalized at Reshape against a rank.
 struct Axis {
   Axis(const ir::Node& node, int64_t default_axis) : attr(node.GetInt("axis", default_axis)) {}
   // Normalizes `attr` for `rank` into `value`; the error names `where`.
@@ -46,7 +46,7 @@ struct Axis {
 };
 
 // The one output of the gathers: input 0's dtype, `shape`.
-void DeclareGatherOutput(PrepareContext& ctx, const Shape& shape) {
+void DeclareGatherOutput(ReshapeContext& ctx, const Shape& shape) {
   ctx.SetNumOutputs(1);
   ctx.output_dtypes[0] = ctx.inputs[0].dtype;
   ctx.output_shapes[0] = shape;
@@ -83,7 +83,7 @@ class GatherKernel : public TensorKernel {
         axis_attr_(node.GetInt("axis", 0)),
         batch_dims_attr_(node.GetInt("batch_dims", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2) return Error("expects (data, indices)");
     if (!IsIndexType(ctx.inputs[1].dtype)) {
       return Error("indices must be int32 or int64, got ", DTypeName(ctx.inputs[1].dtype));
@@ -220,7 +220,7 @@ class GatherElementsKernel : public TensorKernel {
  public:
   explicit GatherElementsKernel(const ir::Node& node) : TensorKernel(node), axis_(node, 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (data, indices)");
     if (!IsIndexType(ctx.inputs[1].dtype)) return Error("indices must be int32 or int64");
     const Shape& data = ctx.inputs[0].shape;
@@ -265,7 +265,7 @@ class GatherNDKernel : public TensorKernel {
   explicit GatherNDKernel(const ir::Node& node)
       : TensorKernel(node), batch_(node.GetInt("batch_dims", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (data, indices)");
     if (!IsIndexType(ctx.inputs[1].dtype)) return Error("indices must be int32 or int64");
     const Shape& data = ctx.inputs[0].shape;
@@ -340,7 +340,7 @@ absl::StatusOr<Reduction> ParseReduction(const std::string& s) {
 template <typename T>
 void Combine(T& dst, const T& src, Reduction r) {
   if constexpr (std::is_same_v<T, std::string>) {
-    dst = src;  // Prepare rejects reductions on strings
+    dst = src;  // Reshape rejects reductions on strings
   } else if constexpr (std::is_same_v<T, bool>) {
     switch (r) {
       case Reduction::kNone: dst = src; break;
@@ -375,7 +375,7 @@ class ScatterBase : public TensorKernel {
   }
 
  protected:
-  absl::Status PrepareCommon(PrepareContext& ctx) {
+  absl::Status PrepareCommon(ReshapeContext& ctx) {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 3) return Error("expects (data, indices, updates)");
     if (!IsIndexType(ctx.inputs[1].dtype)) return Error("indices must be int32 or int64");
@@ -394,7 +394,7 @@ class ScatterNDKernel : public ScatterBase {
  public:
   using ScatterBase::ScatterBase;
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx));
     const Shape& data = ctx.inputs[0].shape;
     const Shape& idx = ctx.inputs[1].shape;
@@ -445,7 +445,7 @@ class ScatterElementsKernel : public ScatterBase {
  public:
   explicit ScatterElementsKernel(const ir::Node& node) : ScatterBase(node), axis_(node, 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(PrepareCommon(ctx));
     const Shape& data = ctx.inputs[0].shape;
     const Shape& idx = ctx.inputs[1].shape;
@@ -487,7 +487,7 @@ class CompressKernel : public TensorKernel {
   explicit CompressKernel(const ir::Node& node)
       : TensorKernel(node), has_axis_(node.HasAttr("axis")), axis_(node, 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (input, condition)");
     if (ctx.inputs[1].dtype != DType::kBool || ctx.inputs[1].shape.rank() != 1) {
       return Error("condition must be a 1-D bool tensor");
@@ -551,7 +551,7 @@ class OneHotKernel : public TensorKernel {
  public:
   explicit OneHotKernel(const ir::Node& node) : TensorKernel(node), axis_(node, -1) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 3) return Error("expects (indices, depth, values)");
     if (ctx.inputs[2].shape.num_elements() != 2) return Error("values must hold [off, on]");
     if (ctx.inputs[0].dtype == DType::kString || ctx.inputs[1].dtype == DType::kString) {

@@ -16,13 +16,13 @@ struct View {
 };
 
 // Base for ops whose output is one strided view of the input, with parameters from inputs
-// 1.. that may be constant (shape fixed at Prepare) or not (dynamic output).
+// 1.. that may be constant (shape fixed at Reshape) or not (dynamic output).
 class ViewCopyKernel : public TensorKernel {
  public:
   ViewCopyKernel(const ir::Node& node, std::vector<int> param_inputs)
       : TensorKernel(node), param_inputs_(std::move(param_inputs)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("data input is missing");
     ctx.SetNumOutputs(1);
@@ -349,7 +349,7 @@ class ConcatKernel : public TensorKernel {
     if (!node.HasAttr("axis")) SetAttrError(Error("axis attribute is required"));
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty()) return Error("expects at least one input");
     const Shape& first = ctx.inputs[0].shape;
@@ -436,7 +436,7 @@ class SplitKernel : public TensorKernel {
         num_outputs_(static_cast<int>(node.outputs.size())),
         attr_split_(node.GetInts("split")) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty()) return Error("expects an input");
     const Shape& in = ctx.inputs[0].shape;
     auto axis = NormalizeAxis(axis_attr_, in.rank(), "axis");

@@ -47,7 +47,7 @@ class PadKernelBase : public TensorKernel {
   PadKernelBase(const ir::Node& node, std::vector<int> param_inputs)
       : TensorKernel(node), param_inputs_(std::move(param_inputs)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() < 2) return Error("expects (data, pads)");
     ctx.SetNumOutputs(1);
@@ -302,7 +302,7 @@ class TriluKernel : public TensorKernel {
   explicit TriluKernel(const ir::Node& node)
       : TensorKernel(node), upper_(node.GetInt("upper", 1) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || ctx.inputs[0].shape.rank() < 2) {
       return Error("input must have rank >= 2");
     }
@@ -353,7 +353,7 @@ class ReverseSequenceKernel : public TensorKernel {
         batch_attr_(node.GetInt("batch_axis", 1)),
         time_attr_(node.GetInt("time_axis", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects (input, sequence_lens)");
     const Shape& in = ctx.inputs[0].shape;
     auto b = NormalizeAxis(batch_attr_, in.rank(), "batch_axis");
@@ -417,7 +417,7 @@ class BucketizeKernel : public TensorKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 1) return Error("expects one input");
     const DType d = ctx.inputs[0].dtype;

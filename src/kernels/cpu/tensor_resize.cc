@@ -108,7 +108,7 @@ class ResizeKernel : public TensorKernel {
     if (node.GetInt("antialias", 0) != 0) SetAttrError(Error("antialias is not supported"));
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty()) return Error("input X is missing");
     const DType dtype = ctx.inputs[0].dtype;

@@ -31,7 +31,7 @@ class NonZeroKernel : public TensorKernel {
  public:
   explicit NonZeroKernel(const ir::Node& node) : TensorKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) return Error("expects one input");
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kInt64;
@@ -85,7 +85,7 @@ class TopKKernel : public TensorKernel {
         largest_(node.GetInt("largest", 1) != 0),
         k_attr_(node.GetInt("k", -1)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty()) return Error("expects (X, K)");
     const Shape& x = ctx.inputs[0].shape;
     if (ctx.inputs[0].dtype == DType::kString) return Error("string input is not supported");
@@ -195,7 +195,7 @@ class UniqueKernel : public TensorKernel {
         axis_attr_(node.GetInt("axis", 0)),
         num_outputs_(static_cast<int>(node.outputs.size())) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) return Error("expects one input");
     const Shape& x = ctx.inputs[0].shape;
     if (has_axis_) {

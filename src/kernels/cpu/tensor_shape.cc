@@ -19,7 +19,7 @@ class ShapeKernel : public TensorKernel {
         start_(node.GetInt("start", 0)),
         end_(node.GetInt("end", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) return Error("expects 1 input");
     const int rank = ctx.inputs[0].shape.rank();
     auto clamp = [rank](int64_t v) {
@@ -50,7 +50,7 @@ class ShapeKernel : public TensorKernel {
 class SizeKernel : public TensorKernel {
  public:
   explicit SizeKernel(const ir::Node& node) : TensorKernel(node) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) return Error("expects 1 input");
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kInt64;
@@ -73,7 +73,7 @@ class ViewKernel : public TensorKernel {
   ViewKernel(const ir::Node& node, int param_input, int num_outputs = 1)
       : TensorKernel(node), param_input_(param_input), num_outputs_(num_outputs) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) return Error("data input is missing");
     ctx.SetNumOutputs(num_outputs_);
@@ -110,7 +110,7 @@ class ViewKernel : public TensorKernel {
  protected:
   // `param` is the value of the parameter input (null when absent).
   virtual absl::StatusOr<Shape> OutputShape(const Shape& in, const Tensor* param) const = 0;
-  virtual absl::Status PrepareExtraOutputs(PrepareContext& ctx) { return absl::OkStatus(); }
+  virtual absl::Status PrepareExtraOutputs(ReshapeContext& ctx) { return absl::OkStatus(); }
   virtual absl::Status ComputeExtraOutputs(ComputeContext& ctx) const { return absl::OkStatus(); }
 
  private:
@@ -270,7 +270,7 @@ class DropoutKernel : public ViewKernel {
 
  protected:
   absl::StatusOr<Shape> OutputShape(const Shape& in, const Tensor*) const override { return in; }
-  absl::Status PrepareExtraOutputs(PrepareContext& ctx) override {
+  absl::Status PrepareExtraOutputs(ReshapeContext& ctx) override {
     if (InputPresent(ctx, 2)) {
       const Tensor* training = ConstantInput(ctx, 2);
       if (training == nullptr || training->dtype() != DType::kBool || *training->data<bool>()) {
@@ -293,13 +293,13 @@ class DropoutKernel : public ViewKernel {
 
 // ---------------------------------------------------------------------------------------
 // Ops whose output shape comes from an input's value. When that input is constant the shape
-// is fixed at Prepare; otherwise the output is dynamic.
+// is fixed at Reshape; otherwise the output is dynamic.
 class ShapeFromValueKernel : public TensorKernel {
  public:
   ShapeFromValueKernel(const ir::Node& node, std::vector<int> value_inputs)
       : TensorKernel(node), value_inputs_(std::move(value_inputs)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     KILN_RETURN_IF_ERROR(CheckInputs(ctx));
     ctx.SetNumOutputs(1);
@@ -339,8 +339,8 @@ class ShapeFromValueKernel : public TensorKernel {
   }
 
  protected:
-  virtual absl::Status CheckInputs(const PrepareContext& ctx) { return absl::OkStatus(); }
-  virtual DType OutputDType(const PrepareContext& ctx) = 0;
+  virtual absl::Status CheckInputs(const ReshapeContext& ctx) { return absl::OkStatus(); }
+  virtual DType OutputDType(const ReshapeContext& ctx) = 0;
   virtual DType OutputDTypeAtRun(const ComputeContext& ctx) const = 0;
   // `values[i]` is the value of input i where known (always at run time).
   virtual absl::StatusOr<Shape> OutputShape(const std::vector<Shape>& shapes,
@@ -376,7 +376,7 @@ class ConstantOfShapeKernel : public ShapeFromValueKernel {
   }
 
  protected:
-  DType OutputDType(const PrepareContext&) override { return value_.dtype(); }
+  DType OutputDType(const ReshapeContext&) override { return value_.dtype(); }
   DType OutputDTypeAtRun(const ComputeContext&) const override { return value_.dtype(); }
   absl::StatusOr<Shape> OutputShape(const std::vector<Shape>&,
                                     const std::vector<const Tensor*>& values) const override {
@@ -398,14 +398,14 @@ class FillKernel : public ShapeFromValueKernel {
   explicit FillKernel(const ir::Node& node) : ShapeFromValueKernel(node, {0}) {}
 
  protected:
-  absl::Status CheckInputs(const PrepareContext& ctx) override {
+  absl::Status CheckInputs(const ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects inputs (dims, value)");
     if (ctx.inputs[1].shape.num_elements() != 1) {
       return Error("value must be a scalar, got ", ctx.inputs[1].shape.ToString());
     }
     return absl::OkStatus();
   }
-  DType OutputDType(const PrepareContext& ctx) override { return ctx.inputs[1].dtype; }
+  DType OutputDType(const ReshapeContext& ctx) override { return ctx.inputs[1].dtype; }
   DType OutputDTypeAtRun(const ComputeContext& ctx) const override {
     return ctx.inputs[1].dtype();
   }
@@ -425,7 +425,7 @@ class RangeKernel : public ShapeFromValueKernel {
   explicit RangeKernel(const ir::Node& node) : ShapeFromValueKernel(node, {0, 1, 2}) {}
 
  protected:
-  absl::Status CheckInputs(const PrepareContext& ctx) override {
+  absl::Status CheckInputs(const ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 3) return Error("expects inputs (start, limit, delta)");
     for (int i = 0; i < 3; ++i) {
       if (ctx.inputs[i].dtype != ctx.inputs[0].dtype) return Error("inputs must share a dtype");
@@ -436,7 +436,7 @@ class RangeKernel : public ShapeFromValueKernel {
     }
     return absl::OkStatus();
   }
-  DType OutputDType(const PrepareContext& ctx) override { return ctx.inputs[0].dtype; }
+  DType OutputDType(const ReshapeContext& ctx) override { return ctx.inputs[0].dtype; }
   DType OutputDTypeAtRun(const ComputeContext& ctx) const override {
     return ctx.inputs[0].dtype();
   }
@@ -518,7 +518,7 @@ class EyeLikeKernel : public TensorKernel {
       }
     }
   }
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 1 || ctx.inputs[0].shape.rank() != 2) {
       return Error("expects one 2-D input");
@@ -557,7 +557,7 @@ class BroadcastCopyKernel : public TensorKernel {
  public:
   BroadcastCopyKernel(const ir::Node& node) : TensorKernel(node) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2) return Error("expects 2 inputs");
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = ctx.inputs[0].dtype;

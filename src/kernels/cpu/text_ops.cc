@@ -66,7 +66,7 @@ class TfIdfVectorizerKernel : public MathKernel {
     for (int64_t i : indexes) width_ = std::max(width_, i + 1);
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.empty() || !tensor_ops::IsIndexType(ctx.inputs[0].dtype)) {
       return Error("'X' must be int32 or int64 token ids");

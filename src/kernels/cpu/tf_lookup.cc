@@ -46,7 +46,7 @@ class HashTableLookupKernel : public OpKernel {
  public:
   explicit HashTableLookupKernel(const ir::Node& node) : node_(node.Describe()) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 4) return Error("expects keys, default, table_keys, table_values");
     const DType key = ctx.inputs[0].dtype, table_key = ctx.inputs[2].dtype;
     const bool key_ok = key == table_key || ((key == DType::kInt32 || key == DType::kInt64) &&

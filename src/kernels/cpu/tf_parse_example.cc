@@ -37,7 +37,7 @@ class ParseExampleKernel : public OpKernel {
         dense_dims_(node.GetInts("dense_dims")),
         single_(node.GetInt("single", 0) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     const size_t ns = sparse_keys_.size(), nd = dense_keys_.size();
     if (sparse_types_.size() != ns || dense_types_.size() != nd || dense_ranks_.size() != nd) {
       return Error("attributes differ in length");

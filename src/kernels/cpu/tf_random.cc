@@ -16,7 +16,7 @@ class RandomUniformKernel : public OpKernel {
   explicit RandomUniformKernel(const ir::Node& node)
       : node_(node.Describe()), seed_(node.GetInt("seed", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1 || ctx.inputs[0].dtype != DType::kInt64) {
       return absl::InvalidArgumentError(absl::StrCat(node_, ": expects an int64 shape"));
     }

@@ -43,7 +43,7 @@ void CopyElement(const Tensor& src, int64_t i, Tensor& dst, int64_t j) {
 class SparseFillEmptyRowsKernel : public OpKernel {
  public:
   explicit SparseFillEmptyRowsKernel(const ir::Node& node) : node_(node.Describe()) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 4 || ctx.inputs[0].dtype != DType::kInt64 ||
         ctx.inputs[2].dtype != DType::kInt64 || ctx.inputs[1].dtype != ctx.inputs[3].dtype) {
       return Err(node_, "expects int64 indices, values, int64 dense_shape, default value");
@@ -111,7 +111,7 @@ class SparseFillEmptyRowsKernel : public OpKernel {
 class SparseReshapeKernel : public OpKernel {
  public:
   explicit SparseReshapeKernel(const ir::Node& node) : node_(node.Describe()) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 3) return Err(node_, "expects indices, shape, new_shape");
     ctx.SetNumOutputs(2);
     ctx.output_dtypes = {DType::kInt64, DType::kInt64};
@@ -172,7 +172,7 @@ class SparseSegmentReduceKernel : public OpKernel {
  public:
   explicit SparseSegmentReduceKernel(const ir::Node& node)
       : node_(node.Describe()), mode_(node.GetString("mode", "sum")) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 3 || ctx.inputs[0].dtype != DType::kFloat32) {
       return Err(node_, "expects float data, indices, segment_ids");
     }
@@ -226,7 +226,7 @@ class SparseSegmentReduceKernel : public OpKernel {
 class SparseToDenseKernel : public OpKernel {
  public:
   explicit SparseToDenseKernel(const ir::Node& node) : node_(node.Describe()) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 4 || ctx.inputs[2].dtype != ctx.inputs[3].dtype) {
       return Err(node_, "expects indices, output_shape, values, default of the values' type");
     }
@@ -270,7 +270,7 @@ class UpperBoundKernel : public OpKernel {
  public:
   explicit UpperBoundKernel(const ir::Node& node)
       : node_(node.Describe()), out_int64_(node.GetInt("out_type", 6) == 7) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2 || ctx.inputs[0].dtype != DType::kFloat32 ||
         ctx.inputs[1].dtype != DType::kFloat32 || ctx.inputs[0].shape.rank() != 2 ||
         ctx.inputs[1].shape.rank() != 2 || ctx.inputs[0].shape.dim(0) != ctx.inputs[1].shape.dim(0)) {
@@ -303,7 +303,7 @@ class UpperBoundKernel : public OpKernel {
 class AsStringKernel : public OpKernel {
  public:
   explicit AsStringKernel(const ir::Node& node) : node_(node.Describe()) {}
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 1) return Err(node_, "expects one input");
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kString;

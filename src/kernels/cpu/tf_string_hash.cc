@@ -159,7 +159,7 @@ class StringToHashBucketFastKernel : public OpKernel {
   explicit StringToHashBucketFastKernel(const ir::Node& node)
       : node_(node.Describe()), buckets_(node.GetInt("num_buckets", 0)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (buckets_ < 1) {
       return absl::InvalidArgumentError(absl::StrCat(node_, ": num_buckets must be positive"));
     }

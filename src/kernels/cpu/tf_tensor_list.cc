@@ -18,7 +18,7 @@ class TensorListReserveKernel : public OpKernel {
   explicit TensorListReserveKernel(const ir::Node& node)
       : node_(node.Describe()), onnx_dtype_(node.GetInt("element_dtype", 1)) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2 || ctx.inputs[0].dtype != DType::kInt64 ||
         ctx.inputs[1].dtype != DType::kInt64) {
       return absl::InvalidArgumentError(
@@ -79,7 +79,7 @@ class TensorListSetItemKernel : public OpKernel {
  public:
   explicit TensorListSetItemKernel(const ir::Node& node) : node_(node.Describe()) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 3 || ctx.inputs[1].dtype != DType::kInt64) {
       return absl::InvalidArgumentError(absl::StrCat(node_, ": expects list, int64 index, item"));
     }
@@ -141,7 +141,7 @@ class SelectConditionKernel : public OpKernel {
  public:
   explicit SelectConditionKernel(const ir::Node& node) : node_(node.Describe()) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() != 2 || ctx.inputs[0].dtype != DType::kBool) {
       return absl::InvalidArgumentError(absl::StrCat(node_, ": expects bool cond and values"));
     }

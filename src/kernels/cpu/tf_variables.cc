@@ -66,7 +66,7 @@ class VariableKernel : public OpKernel {
         variable_(variable),
         validate_shape_(node.GetInt("validate_shape", 1) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (op_ != VariableOp::kRead) {
       if (ctx.inputs.empty() || !ctx.inputs[0].present()) {
         return absl::InvalidArgumentError(absl::StrCat(node_, ": expects the value to write"));
@@ -160,7 +160,7 @@ class OrderAfterKernel : public OpKernel {
  public:
   explicit OrderAfterKernel(const ir::Node& node) : node_(node.Describe()) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.empty() || !ctx.inputs[0].present()) {
       return absl::InvalidArgumentError(absl::StrCat(node_, ": expects the value to pass on"));
     }

@@ -38,7 +38,7 @@ class NonMaxSuppressionKernel : public MathKernel {
   explicit NonMaxSuppressionKernel(const ir::Node& node)
       : MathKernel(node), center_point_box_(node.GetInt("center_point_box", 0) != 0) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2 || ctx.inputs[0].dtype != DType::kFloat32 ||
         ctx.inputs[1].dtype != DType::kFloat32) {
       return Error("'boxes' and 'scores' must be float32");
@@ -158,7 +158,7 @@ class RoiAlignKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 3 || !IsFloat(ctx.inputs[0].dtype) ||
         ctx.inputs[1].dtype != ctx.inputs[0].dtype ||
@@ -315,7 +315,7 @@ class GridSampleKernel : public MathKernel {
     }
   }
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     KILN_RETURN_IF_ERROR(attr_status());
     if (ctx.inputs.size() != 2 || !IsFloat(ctx.inputs[0].dtype) ||
         ctx.inputs[1].dtype != ctx.inputs[0].dtype) {
@@ -453,7 +453,7 @@ class MaxUnpoolKernel : public MathKernel {
         strides_(node.GetInts("strides", {})),
         pads_(node.GetInts("pads", {})) {}
 
-  absl::Status Prepare(PrepareContext& ctx) override {
+  absl::Status Reshape(ReshapeContext& ctx) override {
     if (ctx.inputs.size() < 2 || !IsFloat(ctx.inputs[0].dtype) ||
         ctx.inputs[1].dtype != DType::kInt64 || ctx.inputs[1].shape != ctx.inputs[0].shape) {
       return Error("expects float X and int64 I of the same shape");
