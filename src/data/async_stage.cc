@@ -171,6 +171,7 @@ void AsyncStage::MeasureBufferLocked(Measurement* m) {
 void AsyncStage::ParallelismChangedLocked() {
   if (buffer_limit_ < parallelism_) buffer_limit_ = parallelism_;
   counters_->buffer_capacity.store(buffer_limit_, std::memory_order_relaxed);
+  consumer_cv_.notify_all();  // the limit a waiting consumer's wake-up depends on changed
 }
 
 void AsyncStage::SetBufferLimit(int64_t elements) {
@@ -180,6 +181,7 @@ void AsyncStage::SetBufferLimit(int64_t elements) {
     counters_->buffer_capacity.store(buffer_limit_, std::memory_order_relaxed);
   }
   worker_cv_.notify_all();
+  consumer_cv_.notify_all();
 }
 
 void AsyncStage::SnapshotInputLocked() {
@@ -295,6 +297,14 @@ bool AsyncStage::Ready() const {
   return config_.deterministic ? (!slots_.empty() && slots_.front().ready) : !ready_.empty();
 }
 
+bool AsyncStage::ConsumerShouldWakeLocked() const {
+  if (!Ready()) return false;
+  // A full buffer (workers wait for the consumer) or an input that ended: the results the
+  // consumer wants may never all come, so wake it for what is there.
+  return ready_count_ >= consumer_wants_.load(std::memory_order_relaxed) ||
+         outstanding_ >= OutstandingLimitLocked() || input_done_;
+}
+
 bool AsyncStage::Finished() const {
   if (!input_done_) return false;
   return config_.deterministic ? base_seq_ >= end_seq_ : (in_flight_ == 0 && ready_.empty());
@@ -337,7 +347,9 @@ void AsyncStage::WorkerLoop(int index) {
             break;
           }
           // Blocked by the RAM budget: memory is freed by other stages' consumers, which do
-          // not signal this stage, so look again shortly.
+          // not signal this stage, so look again shortly. A consumer waiting for more results
+          // than will come until it takes some (ExpectResults) must take what is there.
+          if (Ready()) consumer_cv_.notify_one();
           worker_cv_.wait_for(lock, std::chrono::milliseconds(1));
           continue;
         }
@@ -408,7 +420,6 @@ void AsyncStage::WorkerLoop(int index) {
       if (config_.deterministic && got > 0) {
         const size_t pos = static_cast<size_t>(first_seq - base_seq_);
         if (slots_.size() < pos + got) slots_.resize(pos + got);
-        wake_consumer |= pos == 0;
       }
       for (int64_t i = 0; i < got; ++i) {
         const int64_t bytes = pull_status[i].ok() ? ElementBytes(outputs[i]) : 0;
@@ -432,11 +443,11 @@ void AsyncStage::WorkerLoop(int index) {
           slots_[static_cast<size_t>(first_seq - base_seq_ + i)] = std::move(r);
         } else {
           ready_.push_back(std::move(r));
-          wake_consumer = true;
         }
       }
       counters_->buffered_bytes.store(reserved_bytes_, std::memory_order_relaxed);
       ready_count_ += got;
+      wake_consumer |= got > 0 && ConsumerShouldWakeLocked();
       if (trace_ != nullptr) trace_->AddCounter(path_, "buffered", NowNanos(), ready_count_);
     }
     if (end_seq >= 0) {

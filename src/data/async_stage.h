@@ -130,6 +130,13 @@ class AsyncStage : public AsyncStageBase {
 
   void SetBufferLimit(int64_t elements) override;
 
+  // The consumer is about to take `n` results in a row (the slots of one batch): wake it once
+  // that many are ready, or the stage cannot make more (its buffer is full, its input ended),
+  // instead of once per result. Each wake-up is a futex call and a context switch on both
+  // sides; per result that was about 6 % of the image pipeline's CPU. 1 (the default) wakes it
+  // for every result. Set from the consumer's thread before GetNext.
+  void ExpectResults(int64_t n) { consumer_wants_.store(std::max<int64_t>(1, n)); }
+
  protected:
   // Under the input lock: takes the inputs of one call.
   virtual absl::Status Pull(IteratorBase* input, InputUnit* unit, bool* end) = 0;
@@ -167,6 +174,8 @@ class AsyncStage : public AsyncStageBase {
   };
 
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a waiting consumer should be woken now (see ExpectResults).
+  bool ConsumerShouldWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t OutstandingLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop(int index);
@@ -194,6 +203,7 @@ class AsyncStage : public AsyncStageBase {
   absl::Status snapshot_status_ ABSL_GUARDED_BY(input_mu_);
   // Units the consumer has taken (base_seq_, readable without mu_ to drop old snapshots).
   std::atomic<int64_t> consumed_{0};
+  std::atomic<int64_t> consumer_wants_{1};  // see ExpectResults
 
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   int64_t end_seq_ ABSL_GUARDED_BY(mu_) = 0;

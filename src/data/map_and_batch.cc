@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data/async_stage.h"
+#include "data/batch_buffers.h"
 #include "data/nodes.h"
 #include "data/stage_steps.h"
 #include "kiln/core/status.h"
@@ -55,6 +56,8 @@ struct BatchSlots {
   // Nondeterministic: positions taken by a MapIntoFn call that then failed, handed out again
   // (lowest first) before next_slot, so that every batch but the last is still full.
   std::set<int64_t> holes;
+  // The batch tensors' memory: recycled, in 2 MiB pages (batch_buffers.h).
+  std::shared_ptr<BatchBufferPool> pool = BatchBufferPool::Create();
 };
 
 // `from` (one element's component) into `slot` (a view of its batch slot, [1, ...]).
@@ -146,7 +149,13 @@ class MapIntoSlotsStage : public OneElementStage {
           const Tensor& t = (*result)[c];
           Shape shape = t.shape();
           shape.insert(0, batch_size_);
-          b.tensors[c] = Tensor(t.dtype(), shape);
+          absl::StatusOr<Tensor> batch_tensor = slots_->pool->Allocate(t.dtype(), shape);
+          if (!batch_tensor.ok()) {
+            b.shaped = false;
+            if (position >= 0 && !deterministic_) slots_->holes.insert(position);
+            return batch_tensor.status();
+          }
+          b.tensors[c] = *std::move(batch_tensor);
         }
       }
       if (!b.names) b.names = result->names;
@@ -209,7 +218,7 @@ class MapIntoSlotsStage : public OneElementStage {
     if (!t.valid()) {
       Shape batch_shape = shape;
       batch_shape.insert(0, batch_size_);
-      t = Tensor(dtype, batch_shape);
+      KILN_ASSIGN_OR_RETURN(t, slots_->pool->Allocate(dtype, batch_shape));
     }
     Shape expected = t.shape();
     expected.erase(0);
@@ -241,11 +250,24 @@ class MapAndBatchIterator : public IteratorBase {
         map_spec_(map),
         spec_(spec),
         slots_(std::make_shared<BatchSlots>()) {}
+  // The workers stop first (they allocate from the pool); batches the consumer still holds
+  // are unmapped when it drops them.
+  ~MapAndBatchIterator() override {
+    map_.reset();
+    slots_->pool->Close();
+  }
   absl::Status Init() {
-    AsyncStage::Config config{"ParallelMap", spec_.parallelism, 0, spec_.deterministic};
+    // The map's results are views of batch slots that are already allocated, so its buffer may
+    // hold a whole batch and the workers' lead into the next one at no cost in memory: the
+    // consumer then takes a batch's results after one wake-up (ExpectResults), and the workers
+    // do not stop for it in between.
+    const int64_t lead = std::max(8, 2 * ctx_.pipeline->cpu_budget());
+    AsyncStage::Config config{"ParallelMap", spec_.parallelism, spec_.batch_size + lead,
+                              spec_.deterministic};
     auto map = std::make_unique<MapIntoSlotsStage>(InputContext(), config, map_spec_.input,
                                                    map_spec_.fn, spec_.batch_size, slots_);
     KILN_RETURN_IF_ERROR(map->Init());
+    map_stage_ = map.get();
     map_ = std::move(map);
     return absl::OkStatus();
   }
@@ -294,6 +316,7 @@ class MapAndBatchIterator : public IteratorBase {
     for (; n < batch_size; ++n) {
       Element slot_view;
       bool input_end = false;
+      map_stage_->ExpectResults(batch_size - n);
       absl::Status s = map_->GetNext(&slot_view, &input_end);
       if (absl::IsCancelled(s)) return s;
       if (!s.ok() && error.ok()) error = s;
@@ -310,6 +333,7 @@ class MapAndBatchIterator : public IteratorBase {
   absl::Status NextAsFinished(Element* out, bool* end) {
     const int64_t batch_size = spec_.batch_size;
     while (true) {
+      int64_t missing = batch_size;
       {
         std::lock_guard<std::mutex> lock(slots_->mu);
         auto found = slots_->batches.find(next_index_);
@@ -319,13 +343,16 @@ class MapAndBatchIterator : public IteratorBase {
           ++next_index_;
           return Deliver(std::move(batch), batch_size, out, end);
         }
+        if (found != slots_->batches.end()) missing -= found->second.written;
       }
+      // At least this many more results must finish before the batch is complete.
+      map_stage_->ExpectResults(missing);
       Element slot_view;
       bool input_end = false;
       KILN_RETURN_IF_ERROR(map_->GetNext(&slot_view, &input_end));
       if (input_end) {
         // Every call has finished: the last batch holds what was written.
-        FillHoles();
+        KILN_RETURN_IF_ERROR(FillHoles());
         BatchSlots::Batch batch = TakeBatch(next_index_);
         const int64_t n = batch.written;
         if (n > 0) ++next_index_;
@@ -338,9 +365,9 @@ class MapAndBatchIterator : public IteratorBase {
   // (nothing came after them to fill them) are filled with the elements of the last positions,
   // so that, as without the holes, only the last batch is short. Batches below next_index_
   // were all full, so the holes are all at or above it.
-  void FillHoles() {
+  absl::Status FillHoles() {
     std::lock_guard<std::mutex> lock(slots_->mu);
-    if (slots_->holes.empty()) return;
+    if (slots_->holes.empty()) return absl::OkStatus();
     const int64_t batch_size = spec_.batch_size;
     const int64_t first = next_index_ * batch_size;
     int64_t to = first;
@@ -355,7 +382,10 @@ class MapAndBatchIterator : public IteratorBase {
         target.shaped = true;
         for (size_t c = 0; c < source.tensors.size(); ++c) {
           if (!target.tensors[c].valid()) {
-            target.tensors[c] = Tensor(source.tensors[c].dtype(), source.tensors[c].shape());
+            absl::StatusOr<Tensor> t =
+                slots_->pool->Allocate(source.tensors[c].dtype(), source.tensors[c].shape());
+            if (!t.ok()) return t.status();
+            target.tensors[c] = *std::move(t);
           }
           Tensor slot = target.tensors[c].Slice(to % batch_size, to % batch_size + 1);
           CopyIntoSlot(source.tensors[c].Slice(from % batch_size, from % batch_size + 1), slot);
@@ -372,6 +402,7 @@ class MapAndBatchIterator : public IteratorBase {
       it = it->second.written == 0 && it->first * batch_size >= to ? slots_->batches.erase(it)
                                                                    : std::next(it);
     }
+    return absl::OkStatus();
   }
 
   BatchSlots::Batch TakeBatch(int64_t index) {
@@ -403,6 +434,7 @@ class MapAndBatchIterator : public IteratorBase {
   const FusedSpec spec_;
   std::shared_ptr<BatchSlots> slots_;
   std::unique_ptr<IteratorBase> map_;
+  AsyncStage* map_stage_ = nullptr;  // map_, to tell it how many results the batch awaits
   int64_t next_index_ = 0;
 };
 
