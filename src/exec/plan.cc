@@ -109,6 +109,9 @@ class RunState {
   std::shared_ptr<Buffer> arena;
   std::vector<Tensor> step_inputs;
   std::vector<Tensor> step_outputs;
+  // One per step (null where the kernel has none): the kernel's per-run objects (oneDNN
+  // memory objects re-pointed each run), made with the run state so Compute allocates nothing.
+  std::vector<std::unique_ptr<kernels::KernelRunState>> kernel_states;
   std::mutex error_mutex;
   // The first failure of the steps of a parallel level (they run on the inter-op pool).
   absl::Status error ABSL_GUARDED_BY(error_mutex);
@@ -644,6 +647,11 @@ std::unique_ptr<RunState> CompiledPlan::AcquireState() const {
   state->arena = Buffer::Allocate(std::max<size_t>(arena_bytes_, 1));
   state->step_inputs.resize(total_step_inputs_);
   state->step_outputs.resize(total_step_outputs_);
+  state->kernel_states.resize(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    // Steps reshaped at run time get a new kernel per run, hence no state of their own.
+    if (steps_[i].kernel != nullptr) state->kernel_states[i] = steps_[i].kernel->NewRunState();
+  }
   for (const ValueSlot& slot : values_) {
     Tensor bound;
     if (slot.kind == SlotKind::kArena) {
@@ -743,6 +751,9 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
   ctx.intra_op_threads = options_.intra_op_threads;
   ctx.node = step.node;
   ctx.memory = &state.memory;
+  if (!step.prepare_at_run_time) {
+    ctx.run_state = state.kernel_states[&step - steps_.data()].get();
+  }
   PlanSubgraphRunner runner(this, &state, inputs, parent);
   if (step.has_subgraphs) ctx.subgraphs = &runner;
   for (int i : step.dynamic_outputs) ctx.outputs[i] = Tensor();

@@ -1,7 +1,10 @@
-// Counts heap allocations in a test binary by replacing the global operator new, and tells
-// apart those made from inside oneDNN (by the library of the caller). Include it in exactly one
-// source file of a test binary: it defines the replacement operators. Such a binary is kept out
-// of the sanitizer builds, which replace operator new themselves.
+// Counts heap allocations in a test binary by replacing the global operator new and the C
+// allocation functions (malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign:
+// oneDNN allocates its objects with posix_memalign, not operator new, and so does Kiln's
+// Buffer), and tells apart those made from inside oneDNN (by the library of the caller).
+// Include it in exactly one source file of a test binary: it defines the replacements, which
+// forward to glibc's own functions. Such a binary is kept out of the sanitizer builds, which
+// replace these functions themselves.
 //
 //   kiln::alloc_testing::AllocationCount count;  // counts from here...
 //   ... warm runs ...
@@ -12,6 +15,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +32,17 @@ inline bool CalledFromOneDnn(void* caller) {
   Dl_info info;
   return dladdr(caller, &info) != 0 && info.dli_fname != nullptr &&
          std::strstr(info.dli_fname, "libdnnl") != nullptr;
+}
+
+// Set while an allocation is being counted: dladdr may allocate, which is not the caller's.
+inline thread_local bool in_count = false;
+
+inline void Count(void* caller) {
+  if (!counting.load(std::memory_order_relaxed) || in_count) return;
+  in_count = true;
+  allocations.fetch_add(1);
+  if (CalledFromOneDnn(caller)) onednn_allocations.fetch_add(1);
+  in_count = false;
 }
 
 }  // namespace alloc_internal
@@ -57,20 +72,60 @@ class AllocationCount {
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #pragma GCC diagnostic ignored "-Wframe-address"
 
+// glibc's allocator under its exported internal names, which the replacements forward to.
+extern "C" {
+void* __libc_malloc(size_t size);
+void __libc_free(void* p);
+void* __libc_calloc(size_t count, size_t size);
+void* __libc_realloc(void* p, size_t size);
+void* __libc_memalign(size_t alignment, size_t size);
+}
+
+extern "C" void* malloc(size_t size) noexcept {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  return __libc_malloc(size);
+}
+extern "C" void free(void* p) noexcept { __libc_free(p); }
+extern "C" void* calloc(size_t count, size_t size) noexcept {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  return __libc_calloc(count, size);
+}
+extern "C" void* realloc(void* p, size_t size) noexcept {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  return __libc_realloc(p, size);
+}
+extern "C" void* memalign(size_t alignment, size_t size) noexcept {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  return __libc_memalign(alignment, size);
+}
+extern "C" void* aligned_alloc(size_t alignment, size_t size) noexcept {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  return __libc_memalign(alignment, size);
+}
+extern "C" int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
+  if (alignment % sizeof(void*) != 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  void* p = __libc_memalign(alignment, size);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
 void* operator new(size_t size) {
-  namespace a = kiln::alloc_testing::alloc_internal;
-  if (a::counting.load(std::memory_order_relaxed)) {
-    a::allocations.fetch_add(1);
-    if (a::CalledFromOneDnn(__builtin_return_address(0))) a::onednn_allocations.fetch_add(1);
-  }
-  void* p = std::malloc(size == 0 ? 1 : size);
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  void* p = __libc_malloc(size == 0 ? 1 : size);
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
-void* operator new[](size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new[](size_t size) {
+  kiln::alloc_testing::alloc_internal::Count(__builtin_return_address(0));
+  void* p = __libc_malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void operator delete(void* p) noexcept { __libc_free(p); }
+void operator delete[](void* p) noexcept { __libc_free(p); }
+void operator delete(void* p, size_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, size_t) noexcept { __libc_free(p); }
 
 #pragma GCC diagnostic pop

@@ -16,6 +16,7 @@
 #include "kiln/kernels/kernel.h"
 #include "nn_conv_transpose_ref.h"
 #include "nn_dnnl.h"
+#include "nn_dnnl_run_state.h"
 
 namespace kiln::kernels::nn {
 namespace {
@@ -347,6 +348,49 @@ class ConvKernel : public DnnlKernel {
     return absl::OkStatus();
   }
 
+  // Per run state: the memory objects and argument arrays of the primitive and its reorders.
+  struct RunState : KernelRunState {
+    DnnlMemory user_x, user_y, user_r, x, y, bias, scratchpad;  // x, y: in oneDNN's layout
+    WeightsRunMemory w;
+    DnnlCall x_reorder, residual_reorder, conv, y_reorder;
+  };
+
+  std::unique_ptr<RunState> MakeRunState() const {
+    auto s = std::make_unique<RunState>();
+    s->user_x = DnnlMemory(user_x_desc_);
+    s->user_y = DnnlMemory(user_y_desc_);
+    if (reorder_x_) s->x = DnnlMemory(x_desc_);
+    if (reorder_y_) s->y = DnnlMemory(y_desc_);
+    if (residual_to_dst_reorder_) s->user_r = DnnlMemory(user_r_desc_);
+    if (has_bias_) s->bias = DnnlMemory(bias_desc_);
+    s->scratchpad = DnnlMemory(scratch_desc_);
+    s->w = WeightsRunMemory(w_);
+    const dnnl_memory_t x_mem = reorder_x_ ? s->x.get() : s->user_x.get();
+    const dnnl_memory_t y_mem = reorder_y_ ? s->y.get() : s->user_y.get();
+    if (reorder_x_) {
+      s->x_reorder = DnnlCall({{DNNL_ARG_FROM, s->user_x.get()}, {DNNL_ARG_TO, x_mem}});
+    }
+    if (residual_to_dst_reorder_) {
+      s->residual_reorder = DnnlCall({{DNNL_ARG_FROM, s->user_r.get()}, {DNNL_ARG_TO, y_mem}});
+    }
+    s->conv = DnnlCall({{DNNL_ARG_SRC, x_mem},
+                        {DNNL_ARG_WEIGHTS, s->w.memory(w_)},
+                        {DNNL_ARG_BIAS, s->bias.get()},  // left out when null
+                        {DNNL_ARG_DST, y_mem},
+                        {DNNL_ARG_SCRATCHPAD, s->scratchpad.get()}});
+    if (reorder_y_) {
+      s->y_reorder = DnnlCall({{DNNL_ARG_FROM, y_mem}, {DNNL_ARG_TO, s->user_y.get()}});
+    }
+    return s;
+  }
+
+ public:
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    if (empty_work_ || reference_) return nullptr;
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
+ private:
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
     if (empty_work_) return ComputeEmptyWork(ctx);
     if (reference_) {
@@ -359,52 +403,33 @@ class ConvKernel : public DnnlKernel {
     auto& stream = ThreadStream();
     char* scratch = static_cast<char*>(ctx.scratch);
     const Tensor& x = ctx.inputs[0];
-    const Tensor& w = ctx.inputs[1];
     Tensor& y = ctx.outputs[0];
+    std::unique_ptr<RunState> owned;
+    const RunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
 
-    // Memory objects and arguments through oneDNN's C API: no heap block of Kiln's per call.
-    const RawMemory user_x(user_x_desc_, x.raw_data());
-    const RawMemory user_y(user_y_desc_, y.raw_data());
-    const RawMemory x_scratch = reorder_x_ ? RawMemory(x_desc_, scratch + x_offset_) : RawMemory();
-    const RawMemory y_scratch = reorder_y_ ? RawMemory(y_desc_, scratch + y_offset_) : RawMemory();
-    const dnnl_memory_t x_mem = reorder_x_ ? x_scratch.get() : user_x.get();
-    const dnnl_memory_t y_mem = reorder_y_ ? y_scratch.get() : user_y.get();
-    const WeightsMemory weights(w_, w.raw_data(), scratch, stream);
-    const dnnl_memory_t w_mem = weights.get();
+    // The run state's memory objects, re-pointed at this run's data (no allocation).
+    s.user_x.Point(x.raw_data());
+    s.user_y.Point(y.raw_data());
     if (reorder_x_) {
-      ExecutePrimitive(x_reorder_, stream, {{DNNL_ARG_FROM, user_x.get()}, {DNNL_ARG_TO, x_mem}});
+      s.x.Point(scratch + x_offset_);
+      s.x_reorder.Execute(x_reorder_, stream);
     }
+    if (reorder_y_) s.y.Point(scratch + y_offset_);
+    s.w.Point(w_, ctx.inputs[1].raw_data(), scratch, stream);
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
       void* y_data = reorder_y_ ? scratch + y_offset_ : y.raw_data();
       if (residual_to_dst_reorder_) {
-        const RawMemory user_r(user_r_desc_, r.raw_data());
-        ExecutePrimitive(residual_reorder_, stream,
-                         {{DNNL_ARG_FROM, user_r.get()}, {DNNL_ARG_TO, y_mem}});
+        s.user_r.Point(r.raw_data());
+        s.residual_reorder.Execute(residual_reorder_, stream);
       } else if (y_data != r.raw_data()) {
         std::memcpy(y_data, r.raw_data(), y_desc_.get_size());
       }
     }
-    const RawMemory scratch_mem(scratch_desc_, scratch + scratchpad_offset_);
-    const RawMemory bias_mem =
-        has_bias_ ? RawMemory(bias_desc_, ctx.inputs[2].raw_data()) : RawMemory();
-    if (has_bias_) {
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, x_mem},
-                        {DNNL_ARG_WEIGHTS, w_mem},
-                        {DNNL_ARG_BIAS, bias_mem.get()},
-                        {DNNL_ARG_DST, y_mem},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    } else {
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, x_mem},
-                        {DNNL_ARG_WEIGHTS, w_mem},
-                        {DNNL_ARG_DST, y_mem},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    }
-    if (reorder_y_) {
-      ExecutePrimitive(y_reorder_, stream, {{DNNL_ARG_FROM, y_mem}, {DNNL_ARG_TO, user_y.get()}});
-    }
+    s.scratchpad.Point(scratch + scratchpad_offset_);
+    if (has_bias_) s.bias.Point(ctx.inputs[2].raw_data());
+    s.conv.Execute(primitive_, stream);
+    if (reorder_y_) s.y_reorder.Execute(y_reorder_, stream);
     stream.wait();
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();

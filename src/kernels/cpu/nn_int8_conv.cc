@@ -25,6 +25,7 @@
 #include "kiln/kernels/compressed_matmul.h"  // CpuHasInt8Vnni
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
+#include "nn_dnnl_run_state.h"
 
 namespace kiln::kernels::nn {
 namespace {
@@ -283,6 +284,51 @@ class Int8ConvKernel : public DnnlKernel {
     return absl::OkStatus();
   }
 
+  // Per run state: the memory objects and argument arrays of the primitive and its reorders.
+  struct RunState : KernelRunState {
+    DnnlMemory x, user_y, y, user_r, bias, scratchpad, x_zp, y_zp;  // y: in oneDNN's layout
+    WeightsRunMemory w;
+    DnnlCall residual_reorder, conv, y_reorder;
+  };
+
+  std::unique_ptr<RunState> MakeRunState() const {
+    auto s = std::make_unique<RunState>();
+    s->x = DnnlMemory(x_desc_);
+    s->user_y = DnnlMemory(user_y_desc_);
+    if (reorder_y_) s->y = DnnlMemory(y_desc_);
+    if (reorder_y_ && residual_index_ >= 0) s->user_r = DnnlMemory(user_y_desc_);
+    s->bias = DnnlMemory(bias_desc_);
+    s->scratchpad = DnnlMemory(scratch_desc_);
+    // The zero points are the kernel's, fixed after Reshape: pointed at once.
+    const memory::desc zp_desc({1}, memory::data_type::s32, memory::format_tag::a);
+    s->x_zp = DnnlMemory(zp_desc);
+    s->x_zp.Point(&x_zero_point_);
+    s->y_zp = DnnlMemory(zp_desc);
+    s->y_zp.Point(&y_zero_point_);
+    s->w = WeightsRunMemory(w_);
+    const dnnl_memory_t y_mem = reorder_y_ ? s->y.get() : s->user_y.get();
+    if (s->user_r) {
+      s->residual_reorder = DnnlCall({{DNNL_ARG_FROM, s->user_r.get()}, {DNNL_ARG_TO, y_mem}});
+    }
+    s->conv = DnnlCall({{DNNL_ARG_SRC, s->x.get()},
+                        {DNNL_ARG_WEIGHTS, s->w.memory(w_)},
+                        {DNNL_ARG_BIAS, s->bias.get()},
+                        {DNNL_ARG_DST, y_mem},
+                        {DNNL_ARG_SCRATCHPAD, s->scratchpad.get()},
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, s->x_zp.get()},
+                        {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, s->y_zp.get()}});
+    if (reorder_y_) {
+      s->y_reorder = DnnlCall({{DNNL_ARG_FROM, y_mem}, {DNNL_ARG_TO, s->user_y.get()}});
+    }
+    return s;
+  }
+
+ public:
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
+ private:
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
     ScopedDnnlThreads threads(ctx.intra_op_threads);
     auto& stream = ThreadStream();
@@ -297,12 +343,13 @@ class Int8ConvKernel : public DnnlKernel {
       });
       x_data = dst;
     }
-    const RawMemory x_mem(x_desc_, x_data);
-    const RawMemory user_y(user_y_desc_, y.raw_data());
-    const RawMemory y_scratch = reorder_y_ ? RawMemory(y_desc_, scratch + y_offset_) : RawMemory();
-    const dnnl_memory_t y_mem = reorder_y_ ? y_scratch.get() : user_y.get();
-    const WeightsMemory weights(w_, ctx.inputs[1].raw_data(), scratch, stream);
-    const dnnl_memory_t w_mem = weights.get();
+    std::unique_ptr<RunState> owned;
+    const RunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
+    // The run state's memory objects, re-pointed at this run's data (no allocation).
+    s.x.Point(x_data);
+    s.user_y.Point(y.raw_data());
+    if (reorder_y_) s.y.Point(scratch + y_offset_);
+    s.w.Point(w_, ctx.inputs[1].raw_data(), scratch, stream);
     // The bias in accumulator units (oneDNN adds it before the output scale).
     float* bias = reinterpret_cast<float*>(scratch + bias_offset_);
     const int64_t m = static_cast<int64_t>(bias_scale_.size());
@@ -319,29 +366,16 @@ class Int8ConvKernel : public DnnlKernel {
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
       if (reorder_y_) {
-        const RawMemory user_r(user_y_desc_, r.raw_data());
-        ExecutePrimitive(residual_reorder_, stream,
-                         {{DNNL_ARG_FROM, user_r.get()}, {DNNL_ARG_TO, y_mem}});
+        s.user_r.Point(r.raw_data());
+        s.residual_reorder.Execute(residual_reorder_, stream);
       } else if (y.raw_data() != r.raw_data()) {
         std::memcpy(y.raw_data(), r.raw_data(), r.byte_size());
       }
     }
-    const memory::desc zp_desc({1}, memory::data_type::s32, memory::format_tag::a);
-    const RawMemory bias_mem(bias_desc_, bias);
-    const RawMemory scratch_mem(scratch_desc_, scratch);
-    const RawMemory x_zp(zp_desc, &x_zero_point_);
-    const RawMemory y_zp(zp_desc, &y_zero_point_);
-    ExecutePrimitive(primitive_, stream,
-                     {{DNNL_ARG_SRC, x_mem.get()},
-                      {DNNL_ARG_WEIGHTS, w_mem},
-                      {DNNL_ARG_BIAS, bias_mem.get()},
-                      {DNNL_ARG_DST, y_mem},
-                      {DNNL_ARG_SCRATCHPAD, scratch_mem.get()},
-                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, x_zp.get()},
-                      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, y_zp.get()}});
-    if (reorder_y_) {
-      ExecutePrimitive(y_reorder_, stream, {{DNNL_ARG_FROM, y_mem}, {DNNL_ARG_TO, user_y.get()}});
-    }
+    s.bias.Point(bias);
+    s.scratchpad.Point(scratch);
+    s.conv.Execute(primitive_, stream);
+    if (reorder_y_) s.y_reorder.Execute(y_reorder_, stream);
     stream.wait();
     return absl::OkStatus();
   }
@@ -362,24 +396,43 @@ class Int8ConvKernel : public DnnlKernel {
   dnnl::reorder y_reorder_, residual_reorder_;
 };
 
-// Runs a primitive of one source and one destination (a reorder, a pooling) on this thread's
-// stream: input 0 as `src_arg`, output 0 as `dst_arg`, and ctx.scratch as its scratchpad when
-// `scratch_desc` is given.
+// The run state of a primitive of one source and one destination (a reorder, a pooling).
+struct InputToOutputRunState : KernelRunState {
+  DnnlMemory src, dst, scratchpad;
+  DnnlCall call;
+};
+
+std::unique_ptr<InputToOutputRunState> MakeInputToOutputRunState(const memory::desc& src_desc,
+                                                                 int src_arg,
+                                                                 const memory::desc& dst_desc,
+                                                                 int dst_arg,
+                                                                 const memory::desc* scratch_desc) {
+  auto s = std::make_unique<InputToOutputRunState>();
+  s->src = DnnlMemory(src_desc);
+  s->dst = DnnlMemory(dst_desc);
+  if (scratch_desc != nullptr) s->scratchpad = DnnlMemory(*scratch_desc);
+  s->call = DnnlCall({{src_arg, s->src.get()},
+                      {dst_arg, s->dst.get()},
+                      {DNNL_ARG_SCRATCHPAD, s->scratchpad.get()}});  // left out when null
+  return s;
+}
+
+// Runs a primitive of one source and one destination on this thread's stream: input 0 as
+// `src_arg`, output 0 as `dst_arg`, and ctx.scratch as its scratchpad when `scratch_desc` is
+// given; through the kernel's InputToOutputRunState, made with the same arguments.
 void ExecuteInputToOutput(const dnnl::primitive& primitive, ComputeContext& ctx,
                           const memory::desc& src_desc, int src_arg, const memory::desc& dst_desc,
                           int dst_arg, const memory::desc* scratch_desc) {
   ScopedDnnlThreads threads(ctx.intra_op_threads);
   auto& stream = ThreadStream();
-  const RawMemory src(src_desc, ctx.inputs[0].raw_data());
-  const RawMemory dst(dst_desc, ctx.outputs[0].raw_data());
-  if (scratch_desc == nullptr) {
-    ExecutePrimitive(primitive, stream, {{src_arg, src.get()}, {dst_arg, dst.get()}});
-  } else {
-    const RawMemory scratch(*scratch_desc, ctx.scratch);
-    ExecutePrimitive(
-        primitive, stream,
-        {{src_arg, src.get()}, {dst_arg, dst.get()}, {DNNL_ARG_SCRATCHPAD, scratch.get()}});
-  }
+  std::unique_ptr<InputToOutputRunState> owned;
+  const InputToOutputRunState& s = RunStateFor(ctx, owned, [&] {
+    return MakeInputToOutputRunState(src_desc, src_arg, dst_desc, dst_arg, scratch_desc);
+  });
+  s.src.Point(ctx.inputs[0].raw_data());
+  s.dst.Point(ctx.outputs[0].raw_data());
+  if (scratch_desc != nullptr) s.scratchpad.Point(ctx.scratch);
+  s.call.Execute(primitive, stream);
   stream.wait();
 }
 
@@ -441,6 +494,12 @@ class Int8ReorderKernel : public DnnlKernel {
     ctx.output_dtypes[0] = out_type;
     ctx.output_shapes[0] = out;
     return absl::OkStatus();
+  }
+
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] {
+      return MakeInputToOutputRunState(src_, DNNL_ARG_FROM, dst_, DNNL_ARG_TO, nullptr);
+    });
   }
 
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
@@ -510,6 +569,12 @@ class Int8PoolKernel : public DnnlKernel {
     ctx.output_dtypes[0] = x.dtype;
     ctx.output_shapes[0] = Shape{n, g.out_h, g.out_w, c};
     return absl::OkStatus();
+  }
+
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] {
+      return MakeInputToOutputRunState(src_, DNNL_ARG_SRC, dst_, DNNL_ARG_DST, &scratch_desc_);
+    });
   }
 
   absl::Status ComputeImpl(ComputeContext& ctx) const override {

@@ -29,6 +29,7 @@
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
+#include "nn_dnnl_run_state.h"
 
 namespace kiln::kernels {
 
@@ -247,6 +248,15 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     *zero = z;
   }
 
+  // Per run state: the primitive's memory objects and arguments (kernel.h's KernelRunState).
+  std::unique_ptr<SrcWeightsDstRunState> MakeRunState() const {
+    return SrcWeightsDstRunState::Make(src_desc_, w_desc_, packed_w_.get(), memory::desc(),
+                                       acc_desc_, scratch_desc_);
+  }
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
@@ -273,17 +283,9 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
-      const RawMemory src_mem(src_desc_, src);
-      const RawMemory w_mem =
-          packed_w_ ? RawMemory() : RawMemory(w_desc_, ctx.inputs[1].raw_data());
-      const RawMemory acc_mem(acc_desc_, acc);
-      const RawMemory scratch_mem(scratch_desc_, scratch);
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, src_mem.get()},
-                        {DNNL_ARG_WEIGHTS, packed_w_ ? packed_w_->get() : w_mem.get()},
-                        {DNNL_ARG_DST, acc_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-      stream.wait();
+      std::unique_ptr<SrcWeightsDstRunState> owned;
+      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
+          .Execute(primitive_, stream, src, ctx.inputs[1].raw_data(), nullptr, acc, scratch);
     }
     const float* w_scale = ctx.inputs[2].data<float>();
     const int32_t* colsum = ctx.inputs[3].data<int32_t>();
@@ -383,6 +385,15 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
     return absl::OkStatus();
   }
 
+  // Per run state: the primitive's memory objects and arguments (kernel.h's KernelRunState).
+  std::unique_ptr<SrcWeightsDstRunState> MakeRunState() const {
+    return SrcWeightsDstRunState::Make(src_desc_, w_desc_, packed_w_.get(), memory::desc(),
+                                       dst_desc_, scratch_desc_);
+  }
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
@@ -430,16 +441,9 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
     {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
-      const RawMemory src_mem(src_desc_, src);
-      const RawMemory w_mem = packed_w_ ? RawMemory() : RawMemory(w_desc_, wb);
-      const RawMemory dst_mem(dst_desc_, yv);
-      const RawMemory scratch_mem(scratch_desc_, scratch);
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, src_mem.get()},
-                        {DNNL_ARG_WEIGHTS, packed_w_ ? packed_w_->get() : w_mem.get()},
-                        {DNNL_ARG_DST, dst_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-      stream.wait();
+      std::unique_ptr<SrcWeightsDstRunState> owned;
+      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
+          .Execute(primitive_, stream, src, wb, nullptr, yv, scratch);
     }
     const int64_t chunk = std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
     ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
@@ -590,6 +594,15 @@ class Int8MatMulKernel : public DnnlKernel {
     }
   }
 
+  // Per run state: the primitive's memory objects and arguments (kernel.h's KernelRunState).
+  std::unique_ptr<SrcWeightsDstRunState> MakeRunState() const {
+    return SrcWeightsDstRunState::Make(src_desc_, memory::desc(), packed_w_.get(),
+                                       memory::desc(), acc_desc_, scratch_desc_);
+  }
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
     Tensor& y = ctx.outputs[0];
     if (y.num_elements() == 0) return absl::OkStatus();
@@ -620,15 +633,9 @@ class Int8MatMulKernel : public DnnlKernel {
     if (k_ > 0) {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
-      const RawMemory src_mem(src_desc_, src);
-      const RawMemory acc_mem(acc_desc_, acc);
-      const RawMemory scratch_mem(scratch_desc_, scratch);
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, src_mem.get()},
-                        {DNNL_ARG_WEIGHTS, packed_w_->get()},
-                        {DNNL_ARG_DST, acc_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-      stream.wait();
+      std::unique_ptr<SrcWeightsDstRunState> owned;
+      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
+          .Execute(primitive_, stream, src, nullptr, nullptr, acc, scratch);
     } else {
       std::fill(acc, acc + rows_ * cols_, 0u);
     }

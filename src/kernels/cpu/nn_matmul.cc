@@ -24,6 +24,7 @@
 #include "kiln/core/status.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_dnnl.h"
+#include "nn_dnnl_run_state.h"
 
 namespace kiln::kernels::nn {
 namespace {
@@ -262,8 +263,10 @@ class MatMulKernel : public OpKernel {
     std::vector<char> scratch(scratch_bytes + 64);
     void* scratch_aligned =
         scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64);
+    const std::unique_ptr<RunState> state = MakeRunState();
     auto run_onednn = [&](const float* a, float* c) {
-      ExecuteOneDnn(a, b_data, bias_index_ >= 0 ? bias.data() : nullptr, c, scratch_aligned);
+      ExecuteOneDnn(*state, a, b_data, bias_index_ >= 0 ? bias.data() : nullptr, c,
+                    scratch_aligned);
     };
     KILN_ASSIGN_OR_RETURN(
         GemmChoice choice,
@@ -318,33 +321,26 @@ class MatMulKernel : public OpKernel {
     return absl::OkStatus();
   }
 
-  // One run of the oneDNN primitive on raw pointers (`bias` null when the node has none). The
-  // memory objects and arguments go through oneDNN's C API: no heap block of Kiln's per call.
-  void ExecuteOneDnn(const void* a, const void* b, const void* bias, void* c, void* scratch) const {
-    auto& stream = ThreadStream();
-    const RawMemory a_mem(user_a_desc_, a);
-    const RawMemory b_mem = packed_b_ ? RawMemory() : RawMemory(b_desc_, b);
-    const RawMemory c_mem(c_desc_, c);
-    const RawMemory scratch_mem(scratch_desc_, scratch);
-    const dnnl_memory_t weights = packed_b_ ? packed_b_->get() : b_mem.get();
-    if (bias != nullptr) {
-      const RawMemory bias_mem(bias_desc_, bias);
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, a_mem.get()},
-                        {DNNL_ARG_WEIGHTS, weights},
-                        {DNNL_ARG_BIAS, bias_mem.get()},
-                        {DNNL_ARG_DST, c_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    } else {
-      ExecutePrimitive(primitive_, stream,
-                       {{DNNL_ARG_SRC, a_mem.get()},
-                        {DNNL_ARG_WEIGHTS, weights},
-                        {DNNL_ARG_DST, c_mem.get()},
-                        {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}});
-    }
-    stream.wait();
+  using RunState = SrcWeightsDstRunState;
+  std::unique_ptr<RunState> MakeRunState() const {
+    return RunState::Make(user_a_desc_, b_desc_, packed_b_.get(),
+                          bias_index_ >= 0 ? bias_desc_ : memory::desc(), c_desc_, scratch_desc_);
   }
 
+  // One run of the oneDNN primitive on raw pointers (`bias` null when the node has none),
+  // through the run state's memory objects, re-pointed (no allocation).
+  void ExecuteOneDnn(const RunState& s, const void* a, const void* b, const void* bias, void* c,
+                     void* scratch) const {
+    s.Execute(primitive_, ThreadStream(), a, b, bias, c, scratch);
+  }
+
+ public:
+  std::unique_ptr<KernelRunState> NewRunState() const override {
+    if (empty_product_ || use_loop_ || backend_ != GemmBackend::kOneDnn) return nullptr;
+    return NewDnnlRunState([&] { return MakeRunState(); });
+  }
+
+ private:
   // Fills dst with beta * broadcast(C) for Gemm's general C.
   void FillC(const Tensor& c, float* dst) const {
     const float* cv = c.data<float>();
@@ -374,7 +370,9 @@ class MatMulKernel : public OpKernel {
       const Tensor& r = ctx.inputs[residual_index_];
       if (r.raw_data() != y.raw_data()) std::memcpy(y.raw_data(), r.raw_data(), y.byte_size());
     }
-    ExecuteOneDnn(a.raw_data(), b.raw_data(),
+    std::unique_ptr<RunState> owned;
+    const RunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
+    ExecuteOneDnn(s, a.raw_data(), b.raw_data(),
                   bias_index_ >= 0 ? ctx.inputs[bias_index_].raw_data() : nullptr, y.raw_data(),
                   ctx.scratch);
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
