@@ -1,19 +1,21 @@
 // MatMul / Gemm / FusedGemm with constant weights on each fp32 GEMM backend (gemm_backend.h):
-// oneDNN and OpenBLAS, forced with KILN_GEMM_BACKEND, against a double-precision reference
-// written from the ONNX definitions; batch 1 (OpenBLAS's sgemv) and 32, transposed inputs,
-// Gemm's alpha, beta and C, NaN and infinities. CMake runs this file twice: at the CPU's own
-// ISA and capped to AVX2 (KILN_MAX_ISA=avx2, OPENBLAS_CORETYPE=Haswell), so both ISAs' code
-// runs on an AVX-512 machine; AVX-512-only expectations skip on an AVX2 machine.
+// oneDNN, OpenBLAS and Kiln's packed AVX2 kernel, forced with KILN_GEMM_BACKEND, against a
+// double-precision reference written from the ONNX definitions; batch 1 (OpenBLAS's sgemv) and 32,
+// transposed inputs, Gemm's alpha, beta and C, NaN and infinities. CMake runs this file twice: at
+// the CPU's own ISA and capped to AVX2 (KILN_MAX_ISA=avx2, OPENBLAS_CORETYPE=Haswell), so both
+// ISAs' code runs on an AVX-512 machine; AVX-512-only expectations skip on an AVX2 machine.
 #include "kernels/cpu/gemm_backend.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/core/cpu_isa.h"
@@ -160,7 +162,8 @@ TEST_P(GemmBackendTest, NanAndInfinityPropagate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GemmBackendTest, ::testing::Values("onednn", "openblas"),
+INSTANTIATE_TEST_SUITE_P(Backends, GemmBackendTest,
+                         ::testing::Values("onednn", "openblas", "packed"),
                          [](const auto& info) { return info.param; });
 
 // KILN_GEMM_BACKEND=openblas reaches OpenBLAS: the kernel's output is bit for bit what
@@ -208,7 +211,7 @@ TEST(GemmBackendChoice, Avx512KeepsOneDnn) {
   if (EffectiveCpuIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "runs at AVX2";
   std::vector<float> b(1024 * 1024, 0.0f);
   int onednn_runs = 0;
-  auto choice = nn::ChooseGemmBackend(nullptr, Shape32x1024x1024(), b.data(), 2, false,
+  auto choice = nn::ChooseGemmBackend(nullptr, nullptr, Shape32x1024x1024(), b.data(), 2, false,
                                       [&](const float*, float*) { ++onednn_runs; });
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->backend, GemmBackend::kOneDnn);
@@ -223,18 +226,19 @@ TEST(GemmBackendChoice, Avx2TimesOncePerModelAndShape) {
   PackedConstantCache cache;
   int onednn_runs = 0;
   auto run = [&](const float*, float*) { ++onednn_runs; };
-  auto first = nn::ChooseGemmBackend(&cache, Shape32x1024x1024(), b.data(), 2, false, run);
+  auto first = nn::ChooseGemmBackend(&cache, nullptr, Shape32x1024x1024(), b.data(), 2, false, run);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_NE(first->reason.find("timed"), std::string::npos) << first->reason;
   EXPECT_EQ(onednn_runs, 4);  // one warm run and three timed
-  auto second = nn::ChooseGemmBackend(&cache, Shape32x1024x1024(), b.data(), 2, false, run);
+  auto second =
+      nn::ChooseGemmBackend(&cache, nullptr, Shape32x1024x1024(), b.data(), 2, false, run);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->backend, first->backend);
   EXPECT_EQ(onednn_runs, 4);
   // oneDNN's packed layout is its own kernel's: kept without timing.
   nn::GemmShape other = Shape32x1024x1024();
   other.rows = 64;
-  auto packed = nn::ChooseGemmBackend(&cache, other, b.data(), 2, true, run);
+  auto packed = nn::ChooseGemmBackend(&cache, nullptr, other, b.data(), 2, true, run);
   ASSERT_TRUE(packed.ok());
   EXPECT_EQ(packed->backend, GemmBackend::kOneDnn);
   EXPECT_EQ(onednn_runs, 4);
@@ -252,7 +256,7 @@ TEST(GemmBackendChoice, Avx2DoesNotTimeLargeOperands) {
   s.ldb = 1;
   std::vector<float> b(16, 0.0f);
   int onednn_runs = 0;
-  auto choice = nn::ChooseGemmBackend(nullptr, s, b.data(), 2, false,
+  auto choice = nn::ChooseGemmBackend(nullptr, nullptr, s, b.data(), 2, false,
                                       [&](const float*, float*) { ++onednn_runs; });
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(onednn_runs, 0);
@@ -269,9 +273,173 @@ TEST(GemmBackendChoice, DimensionsBeyondInt32StayOnOneDnn) {
   s.k = int64_t{1} << 31;
   s.lda = s.k;
   s.ldb = 1;
-  auto choice = nn::ChooseGemmBackend(nullptr, s, nullptr, 2, false, [](const float*, float*) {});
+  auto choice =
+      nn::ChooseGemmBackend(nullptr, nullptr, s, nullptr, 2, false, [](const float*, float*) {});
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->backend, GemmBackend::kOneDnn) << choice->reason;
+}
+
+// Kiln's packed AVX2 kernel (gemm_avx2_packed.h) called directly on odd shapes: every tail of
+// the 6x16 register block (M = 1 is the GEMV), of the 16-column panels (N = 1, 15, 17, 1000)
+// and of the 256-deep K blocks (K = 300), with transposes, alpha and accumulation, against a
+// double-precision reference.
+TEST(PackedGemm, OddShapesTransposesAlphaAccumulate) {
+  int combo = 0;
+  for (int64_t m : {1, 5, 6, 7, 33}) {
+    for (int64_t n : {1, 15, 16, 17, 1000}) {
+      for (int64_t k : {1, 3, 300}) {
+        const bool ta = combo % 2 == 1, tb = combo / 2 % 2 == 1, acc = combo % 3 == 0;
+        const float alpha = combo % 5 == 0 ? 1.0f : -0.75f;
+        ++combo;
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << m << " n " << n << " k " << k << " transA " << ta << " transB "
+                     << tb << " alpha " << alpha << " accumulate " << acc);
+        Tensor a = Random(ta ? Shape{k, m} : Shape{m, k}, 20 + combo);
+        Tensor b = Random(tb ? Shape{n, k} : Shape{k, n}, 40 + combo);
+        Tensor c0 = Random(Shape{m, n}, 60 + combo);
+        nn::GemmShape s;
+        s.rows = m;
+        s.n = n;
+        s.k = k;
+        s.trans_a = ta;
+        s.trans_b = tb;
+        s.lda = ta ? m : k;
+        s.ldb = tb ? k : n;
+        s.alpha = alpha;
+        s.accumulate = acc;
+        auto packed = nn::PackedGemmB::Pack(b.data<float>(), k, n, tb, s.ldb);
+        ASSERT_TRUE(packed.ok()) << packed.status();
+        EXPECT_GE((*packed)->bytes(), static_cast<size_t>(k * n) * sizeof(float));
+        Tensor c = c0.Clone();
+        nn::PackedGemm(s, a.data<float>(), **packed, c.data<float>());
+        ExpectNear(c, Reference(a, b, ta, tb, alpha, acc ? &c0 : nullptr, 1.0f), k);
+      }
+    }
+  }
+}
+
+// Both ways of splitting the work over two threads give the one-thread answer bit for bit
+// (each output is summed by one thread, in the same order): over panels (N = 1000) and, with
+// few panels and many rows, over rows (N = 17, M = 100).
+TEST(PackedGemm, ThreadSplitsAgreeWithOneThread) {
+  for (int64_t n : {1000, 17}) {
+    const int64_t m = 100, k = 300;
+    Tensor a = Random(Shape{m, k}, 80), b = Random(Shape{k, n}, 81);
+    auto packed = nn::PackedGemmB::Pack(b.data<float>(), k, n, false, n);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    std::vector<float> one(m * n), two(m * n);
+    nn::PackedGemmAvx2(m, a.data<float>(), k, 1, **packed, 1.0f, false, one.data(), n, 1);
+    nn::PackedGemmAvx2(m, a.data<float>(), k, 1, **packed, 1.0f, false, two.data(), n, 2);
+    ASSERT_EQ(one, two) << "n " << n;
+    Tensor out(DType::kFloat32, Shape{m, n});
+    std::copy(two.begin(), two.end(), out.data<float>());
+    ExpectNear(out, Reference(a, b, false, false, 1, nullptr, 0), k);
+  }
+}
+
+// NaN and infinities in A and in the weights reach the output as in a plain sum, in the
+// register blocks, the GEMV and the padded last panel (whose zero padding times an infinity
+// is NaN and must not be stored anywhere).
+TEST(PackedGemm, NanAndInfinityPropagateThroughEveryPath) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t m : {1, 7}) {
+    const int64_t n = 17, k = 300;
+    Tensor a = Random(Shape{m, k}, 90), b = Random(Shape{k, n}, 91);
+    for (int64_t j = 0; j < n; ++j) b.data<float>()[5 * n + j] = j % 3 == 0 ? 0.0f : 1.0f;
+    a.data<float>()[5] = inf;  // row 0: +-inf, or NaN where the weight is 0
+    b.data<float>()[7 * n + 16] = std::numeric_limits<float>::quiet_NaN();  // column 16: NaN
+    if (m > 1) a.data<float>()[2 * k + 9] = std::numeric_limits<float>::quiet_NaN();  // row 2
+    auto packed = nn::PackedGemmB::Pack(b.data<float>(), k, n, false, n);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    // C is wider than N: the columns past N must be left untouched by the padded lanes.
+    const int64_t ldc = 24;
+    std::vector<float> c(m * ldc, 42.0f);
+    nn::PackedGemmAvx2(m, a.data<float>(), k, 1, **packed, 1.0f, false, c.data(), ldc, 2);
+    Tensor out(DType::kFloat32, Shape{m, n});
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        if (j < n) {
+          out.data<float>()[i * n + j] = c[i * ldc + j];
+        } else {
+          ASSERT_EQ(c[i * ldc + j], 42.0f) << "row " << i << " column " << j;
+        }
+      }
+    }
+    ExpectNear(out, Reference(a, b, false, false, 1, nullptr, 0), k);
+  }
+}
+
+// KILN_GEMM_BACKEND=packed reaches the packed kernel: the MatMul's output is bit for bit what
+// the kernel gives when called directly, so the parameterized tests above did run it.
+TEST(GemmBackendChoice, ForcedPackedRunsThePackedKernel) {
+  ScopedBackend backend("packed");
+  for (int64_t m : {1, 32}) {
+    Tensor a = Random(Shape{m, 300}, 15), b = Random(Shape{300, 70}, 16);
+    auto out = RunKernel("MatMul", {a, b}, {}, {.constant_inputs = {1}, .intra_op_threads = 2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto packed = nn::PackedGemmB::Pack(b.data<float>(), 300, 70, false, 70);
+    ASSERT_TRUE(packed.ok());
+    std::vector<float> direct(m * 70);
+    nn::PackedGemmAvx2(m, a.data<float>(), 300, 1, **packed, 1.0f, false, direct.data(), 70, 2);
+    for (size_t i = 0; i < direct.size(); ++i) {
+      ASSERT_EQ((*out)[0].data<float>()[i], direct[i]) << "m " << m << " element " << i;
+    }
+  }
+}
+
+// The packed weights belong to the node and the model: a second plan (another batch size)
+// of the same node reuses them, counted once in the cache; another node packs its own.
+TEST(GemmBackendChoice, PackedWeightsAreMadeOncePerNodeAndModel) {
+  ScopedBackend backend("packed");
+  std::vector<float> b(1024 * 1024, 0.5f);
+  PackedConstantCache cache;
+  ir::Node first_node, second_node;
+  auto no_onednn = [](const float*, float*) {};
+  nn::GemmShape batch1 = Shape32x1024x1024();
+  batch1.rows = 1;
+  auto p1 = nn::ChooseGemmBackend(&cache, &first_node, batch1, b.data(), 2, false, no_onednn);
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  ASSERT_EQ(p1->backend, GemmBackend::kPacked);
+  ASSERT_NE(p1->packed, nullptr);
+  const size_t bytes = cache.bytes();
+  EXPECT_EQ(bytes, p1->packed->bytes());
+  EXPECT_GE(bytes, size_t{1024 * 1024 * sizeof(float)});
+  auto p32 = nn::ChooseGemmBackend(&cache, &first_node, Shape32x1024x1024(), b.data(), 2, false,
+                                   no_onednn);
+  ASSERT_TRUE(p32.ok()) << p32.status();
+  EXPECT_EQ(p32->packed, p1->packed);
+  EXPECT_EQ(cache.bytes(), bytes);
+  auto other = nn::ChooseGemmBackend(&cache, &second_node, Shape32x1024x1024(), b.data(), 2, false,
+                                     no_onednn);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(other->packed, p1->packed);
+  EXPECT_EQ(cache.bytes(), 2 * bytes);
+}
+
+// On AVX2 the packed kernel is timed beside oneDNN and OpenBLAS (all three printed in the
+// reason), and when it wins the model keeps its panels; when it loses, none are kept.
+TEST(GemmBackendChoice, Avx2TimesThePackedKernel) {
+  if (EffectiveCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "runs at AVX-512";
+  std::vector<float> b(1024 * 1024, 0.0f);
+  PackedConstantCache cache;
+  ir::Node node;
+  // A oneDNN run that takes 20 ms: one of the other two wins.
+  auto slow_onednn = [](const float*, float*) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  auto choice =
+      nn::ChooseGemmBackend(&cache, &node, Shape32x1024x1024(), b.data(), 2, false, slow_onednn);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_NE(choice->backend, GemmBackend::kOneDnn) << choice->reason;
+  EXPECT_NE(choice->reason.find("packed"), std::string::npos) << choice->reason;
+  EXPECT_NE(choice->reason.find("openblas"), std::string::npos) << choice->reason;
+  if (choice->backend == GemmBackend::kPacked) {
+    ASSERT_NE(choice->packed, nullptr);
+    EXPECT_EQ(cache.bytes(), choice->packed->bytes());
+  } else {
+    EXPECT_EQ(choice->packed, nullptr);
+    EXPECT_EQ(cache.bytes(), 0u);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "gemm_backend.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,17 +33,49 @@ constexpr int64_t kMaxTimedMacs = int64_t{1} << 30;
 // Nor when A and C (zeros allocated for the timing, before the plan's memory budget is
 // checked) would take more than this: a model's shapes must not drive a large allocation here.
 constexpr int64_t kMaxTimedBytes = int64_t{64} << 20;
-// OpenBLAS must be this much faster to replace oneDNN: ties keep the default.
+// Another backend must be this much faster to replace oneDNN: ties keep the default.
 constexpr double kMinGain = 1.03;
+// The packed candidate pads N to whole 16-column panels: below 16 columns that is up to 16x
+// the weights' memory, for products that are too narrow to gain from a 16-wide kernel anyway.
+// Narrower ones are left to the others unless KILN_GEMM_BACKEND=packed.
+constexpr int64_t kMinPackedN = PackedGemmB::kPanel;
 
 double Seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::string PackedKey(const GemmShape& s) {
+  return absl::StrCat("gemm-avx2-packed:", s.k, "x", s.n, ":", s.trans_b, ":", s.ldb);
+}
+
+// The node's packed weights if the model already holds them, else null. The cache has no plain
+// lookup; a `make` that fails inserts nothing.
+std::shared_ptr<const PackedGemmB> FindPacked(PackedConstantCache* cache, const ir::Node* node,
+                                              const GemmShape& shape) {
+  auto found = cache->GetOrCreate<PackedGemmB>(
+      node, PackedKey(shape),
+      []() -> absl::StatusOr<std::pair<std::shared_ptr<const PackedGemmB>, size_t>> {
+        return absl::NotFoundError("not packed yet");
+      });
+  return found.ok() ? *found : nullptr;
+}
+
 }  // namespace
 
 const char* GemmBackendName(GemmBackend backend) {
-  return backend == GemmBackend::kOpenBlas ? "openblas" : "onednn";
+  switch (backend) {
+    case GemmBackend::kOpenBlas:
+      return "openblas";
+    case GemmBackend::kPacked:
+      return "packed";
+    default:
+      return "onednn";
+  }
+}
+
+void PackedGemm(const GemmShape& s, const float* a, const PackedGemmB& b, float* c) {
+  PackedGemmAvx2(s.rows, a, s.trans_a ? 1 : s.lda, s.trans_a ? s.lda : 1, b, s.alpha, s.accumulate,
+                 c, s.n, omp_get_max_threads());
 }
 
 void OpenBlasGemm(const GemmShape& s, const float* a, const float* b, float* c) {
@@ -89,24 +122,45 @@ bool OpenBlasUsable(std::string* why) {
 }
 
 absl::StatusOr<GemmChoice> ChooseGemmBackend(
-    PackedConstantCache* cache, const GemmShape& shape, const float* b, int threads,
-    bool onednn_packs, absl::FunctionRef<void(const float*, float*)> run_onednn) {
-  // Debian's OpenBLAS takes 32-bit dimensions (blasint is int): a larger one stays on oneDNN,
-  // whatever is asked for.
+    PackedConstantCache* cache, const ir::Node* node, const GemmShape& shape, const float* b,
+    int threads, bool onednn_packs, absl::FunctionRef<void(const float*, float*)> run_onednn) {
+  // Debian's OpenBLAS takes 32-bit dimensions (blasint is int): a larger one is never run
+  // there, whatever is asked for.
   constexpr int64_t kMaxBlasDim = std::numeric_limits<blasint>::max();
-  if (std::max({shape.rows, shape.n, shape.k, shape.lda, shape.ldb}) > kMaxBlasDim) {
-    return GemmChoice{GemmBackend::kOneDnn, "a dimension exceeds OpenBLAS's 32-bit int"};
-  }
+  const bool blas_dims =
+      std::max({shape.rows, shape.n, shape.k, shape.lda, shape.ldb}) <= kMaxBlasDim;
+  const char* kBlasDims = "a dimension exceeds OpenBLAS's 32-bit int";
+  auto pack = [&]() { return PackedGemmB::Pack(b, shape.k, shape.n, shape.trans_b, shape.ldb); };
+  // The node's packed weights, once per model: those the cache holds, else `made` (packed for
+  // the timing) or packed now. Without a cache, this call's own.
+  auto packed_for_node = [&](std::shared_ptr<const PackedGemmB> made)
+      -> absl::StatusOr<std::shared_ptr<const PackedGemmB>> {
+    if (cache == nullptr) return made != nullptr ? std::move(made) : pack();
+    return cache->GetOrCreate<PackedGemmB>(
+        node, PackedKey(shape),
+        [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const PackedGemmB>, size_t>> {
+          if (made == nullptr) {
+            KILN_ASSIGN_OR_RETURN(made, pack());
+          }
+          const size_t bytes = made->bytes();
+          return std::make_pair(std::move(made), bytes);
+        });
+  };
   const char* forced = std::getenv("KILN_GEMM_BACKEND");
   if (forced != nullptr && forced[0] != '\0' && !absl::EqualsIgnoreCase(forced, "auto")) {
     if (absl::EqualsIgnoreCase(forced, "onednn")) {
-      return GemmChoice{GemmBackend::kOneDnn, "KILN_GEMM_BACKEND=onednn"};
+      return GemmChoice{GemmBackend::kOneDnn, "KILN_GEMM_BACKEND=onednn", nullptr};
     }
     if (absl::EqualsIgnoreCase(forced, "openblas")) {
-      return GemmChoice{GemmBackend::kOpenBlas, "KILN_GEMM_BACKEND=openblas"};
+      if (!blas_dims) return GemmChoice{GemmBackend::kOneDnn, kBlasDims, nullptr};
+      return GemmChoice{GemmBackend::kOpenBlas, "KILN_GEMM_BACKEND=openblas", nullptr};
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("KILN_GEMM_BACKEND=", forced, " is not one of auto, onednn, openblas"));
+    if (absl::EqualsIgnoreCase(forced, "packed")) {
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<const PackedGemmB> packed, packed_for_node(nullptr));
+      return GemmChoice{GemmBackend::kPacked, "KILN_GEMM_BACKEND=packed", std::move(packed)};
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KILN_GEMM_BACKEND=", forced, " is not one of auto, onednn, openblas, packed"));
   }
   const int64_t macs = shape.rows * shape.n * shape.k;
   // A's extent follows lda. The operands fit in memory (the kernel's shapes are checked), so
@@ -116,43 +170,75 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
   const bool too_large =
       macs > kMaxTimedMacs ||
       (a_floats + c_floats) * static_cast<int64_t>(sizeof(float)) > kMaxTimedBytes;
+  const bool avx2_choice =
+      EffectiveCpuIsa() < CpuIsa::kAvx512 && macs >= kMinChoiceMacs && !onednn_packs;
+  const bool packed_ok = shape.n >= kMinPackedN;
+  // Weights another plan of this model already packed are timed as they are (looked up here:
+  // the cache is locked while `decide` runs).
+  std::shared_ptr<const PackedGemmB> timed_packed;
+  if (avx2_choice && packed_ok && !too_large && cache != nullptr) {
+    timed_packed = FindPacked(cache, node, shape);
+  }
   auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const GemmChoice>, size_t>> {
     GemmChoice choice;
-    std::string why;
+    std::string why = kBlasDims;
+    const bool blas_ok = blas_dims && OpenBlasUsable(&why);
     if (EffectiveCpuIsa() >= CpuIsa::kAvx512) {
-      choice = {GemmBackend::kOneDnn, "avx512: oneDNN brgemm"};
+      choice = {GemmBackend::kOneDnn, "avx512: oneDNN brgemm", nullptr};
     } else if (macs < kMinChoiceMacs) {
-      choice = {GemmBackend::kOneDnn, "small product"};
+      choice = {GemmBackend::kOneDnn, "small product", nullptr};
     } else if (onednn_packs) {
-      choice = {GemmBackend::kOneDnn, "oneDNN brgemm with its packed weights"};
-    } else if (!OpenBlasUsable(&why)) {
-      choice = {GemmBackend::kOneDnn, why};
+      choice = {GemmBackend::kOneDnn, "oneDNN brgemm with its packed weights", nullptr};
+    } else if (!blas_ok && !packed_ok) {
+      choice = {GemmBackend::kOneDnn, why, nullptr};
     } else if (too_large) {
-      choice = {GemmBackend::kOpenBlas, "avx2, large product (not timed)"};
+      // OpenBLAS packs A as well; at these sizes its repacking of B is a small share.
+      choice = blas_ok
+                   ? GemmChoice{GemmBackend::kOpenBlas, "avx2, large product (not timed)", nullptr}
+                   : GemmChoice{GemmBackend::kPacked,
+                                absl::StrCat("avx2, large product (not timed); ", why), nullptr};
     } else {
+      if (packed_ok && timed_packed == nullptr) {
+        KILN_ASSIGN_OR_RETURN(timed_packed, pack());
+      }
       // Zeros in, like a real input in speed (no denormals).
       std::vector<float> a(static_cast<size_t>(a_floats), 0.0f);
       std::vector<float> c(static_cast<size_t>(c_floats), 0.0f);
       ScopedDnnlThreads scoped(threads);
       GemmShape timed = shape;
       timed.accumulate = false;
+      auto run_openblas = [&] { OpenBlasGemm(timed, a.data(), b, c.data()); };
+      auto run_packed = [&] { PackedGemm(timed, a.data(), *timed_packed, c.data()); };
       // A warm call each (oneDNN's first call and OpenBLAS's buffers), then the best of three,
-      // interleaved so that a burst of load on the machine hits both.
+      // interleaved so that a burst of load on the machine hits all of them.
       run_onednn(a.data(), c.data());
-      OpenBlasGemm(timed, a.data(), b, c.data());
-      double best_onednn = 1e30, best_openblas = 1e30;
+      if (blas_ok) run_openblas();
+      if (packed_ok) run_packed();
+      double best_onednn = 1e30, best_openblas = 1e30, best_packed = 1e30;
       for (int round = 0; round < 3; ++round) {
         double t0 = Seconds();
         run_onednn(a.data(), c.data());
         best_onednn = std::min(best_onednn, Seconds() - t0);
-        t0 = Seconds();
-        OpenBlasGemm(timed, a.data(), b, c.data());
-        best_openblas = std::min(best_openblas, Seconds() - t0);
+        if (blas_ok) {
+          t0 = Seconds();
+          run_openblas();
+          best_openblas = std::min(best_openblas, Seconds() - t0);
+        }
+        if (packed_ok) {
+          t0 = Seconds();
+          run_packed();
+          best_packed = std::min(best_packed, Seconds() - t0);
+        }
       }
-      const bool blas = best_openblas * kMinGain < best_onednn;
-      choice = {blas ? GemmBackend::kOpenBlas : GemmBackend::kOneDnn,
-                absl::StrFormat("avx2, timed: openblas %.3f ms, onednn %.3f ms",
-                                best_openblas * 1e3, best_onednn * 1e3)};
+      const bool packed_best = best_packed <= best_openblas;
+      const double best_other = std::min(best_packed, best_openblas);
+      choice.backend = best_other * kMinGain < best_onednn
+                           ? (packed_best ? GemmBackend::kPacked : GemmBackend::kOpenBlas)
+                           : GemmBackend::kOneDnn;
+      choice.reason = absl::StrFormat("avx2, timed: onednn %.3f ms", best_onednn * 1e3);
+      if (blas_ok) absl::StrAppendFormat(&choice.reason, ", openblas %.3f ms", best_openblas * 1e3);
+      if (packed_ok) absl::StrAppendFormat(&choice.reason, ", packed %.3f ms", best_packed * 1e3);
+      if (!blas_ok) absl::StrAppend(&choice.reason, "; no openblas: ", why);
     }
     // The load log (stderr, as the model's other load lines): once per model and shape; not
     // for the small products, which every model has many of and which have no choice.
@@ -165,16 +251,24 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
     }
     return std::make_pair(std::make_shared<const GemmChoice>(std::move(choice)), size_t{0});
   };
+  GemmChoice choice;
   if (cache == nullptr) {
     KILN_ASSIGN_OR_RETURN(auto made, decide());
-    return *made.first;
+    choice = *made.first;
+  } else {
+    const std::string key =
+        absl::StrCat("gemm-backend:", shape.rows, "x", shape.n, "x", shape.k, ":", shape.trans_a,
+                     shape.trans_b, ":", shape.lda, ",", shape.ldb, ":", threads);
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const GemmChoice> kept,
+                          cache->GetOrCreate<GemmChoice>(nullptr, key, decide));
+    choice = *kept;
   }
-  const std::string key =
-      absl::StrCat("gemm-backend:", shape.rows, "x", shape.n, "x", shape.k, ":", shape.trans_a,
-                   shape.trans_b, ":", shape.lda, ",", shape.ldb, ":", threads);
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const GemmChoice> choice,
-                        cache->GetOrCreate<GemmChoice>(nullptr, key, decide));
-  return *choice;
+  // The packed weights belong to the node, the choice to the shape (shared by nodes of that
+  // shape): a losing candidate's panels (timed_packed) are freed on return.
+  if (choice.backend == GemmBackend::kPacked) {
+    KILN_ASSIGN_OR_RETURN(choice.packed, packed_for_node(std::move(timed_packed)));
+  }
+  return choice;
 }
 
 }  // namespace kiln::kernels::nn

@@ -10,9 +10,10 @@
 // Equal batch dimensions become one 3-D batched matmul. Other broadcasts loop over the batch
 // with sgemm.
 //
-// Backend: the 2-D product with constant B may run on OpenBLAS instead of oneDNN, chosen per
-// shape and ISA at Reshape (gemm_backend.h: oneDNN on AVX-512, the faster of the two on
-// AVX2). OpenBLAS reads the constant weights in place, so no plan packs anything for it.
+// Backend: the 2-D product with constant B may run on OpenBLAS or Kiln's packed AVX2 kernel
+// instead of oneDNN, chosen per shape and ISA at Reshape (gemm_backend.h: oneDNN on AVX-512,
+// the fastest of the three on AVX2). OpenBLAS reads the constant weights in place; the packed
+// kernel's panels are made once per model (PackedConstantCache) and shared by every plan.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -238,6 +239,7 @@ class MatMulKernel : public OpKernel {
       }
       primitive_ = dnnl::matmul(pd);
       backend_ = GemmBackend::kOneDnn;
+      packed_gemm_b_.reset();
       // OpenBLAS computes bias, Gemm's C and activations as the unfused ops would; a fused
       // residual may share the output's memory (in place), which sgemm would overwrite first.
       if (backend_choice) KILN_RETURN_IF_ERROR(ChooseBackend(ctx, m, scratch_bytes, brgemm));
@@ -270,19 +272,25 @@ class MatMulKernel : public OpKernel {
     };
     KILN_ASSIGN_OR_RETURN(
         GemmChoice choice,
-        ChooseGemmBackend(ctx.packed_constants, gemm_, static_cast<const float*>(b_data),
+        ChooseGemmBackend(ctx.packed_constants, ctx.node ? ctx.node : &node_, gemm_,
+                          static_cast<const float*>(b_data),
                           ctx.intra_op_threads, brgemm, run_onednn));
     backend_ = choice.backend;
+    packed_gemm_b_ = std::move(choice.packed);
     return absl::OkStatus();
   }
 
-  // The product on OpenBLAS, then what oneDNN would have fused, in the unfused ops' order:
+  // The product on OpenBLAS or the packed kernel, then what oneDNN would have fused, in the unfused ops' order:
   // bias (or Gemm's beta * C, written first and accumulated into), then the activations.
   absl::Status OpenBlasCompute(ComputeContext& ctx) const {
     Tensor& y = ctx.outputs[0];
     float* yv = y.data<float>();
     if (c_index_ >= 0) FillC(ctx.inputs[c_index_], yv);
-    OpenBlasGemm(gemm_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(), yv);
+    if (backend_ == GemmBackend::kPacked) {
+      PackedGemm(gemm_, ctx.inputs[0].data<float>(), *packed_gemm_b_, yv);
+    } else {
+      OpenBlasGemm(gemm_, ctx.inputs[0].data<float>(), ctx.inputs[1].data<float>(), yv);
+    }
     if (bias_index_ >= 0) {
       const float* bias = ctx.inputs[bias_index_].data<float>();
       for (int64_t r = 0; r < rows_; ++r) {
@@ -364,7 +372,7 @@ class MatMulKernel : public OpKernel {
     if (y.num_elements() == 0) return absl::OkStatus();
     if (empty_product_) return ComputeEmptyProduct(ctx);
     if (use_loop_) return LoopCompute(a, b, y);
-    if (backend_ == GemmBackend::kOpenBlas) return OpenBlasCompute(ctx);
+    if (backend_ != GemmBackend::kOneDnn) return OpenBlasCompute(ctx);
     if (c_index_ >= 0) FillC(ctx.inputs[c_index_], y.data<float>());
     if (residual_index_ >= 0) {
       const Tensor& r = ctx.inputs[residual_index_];
@@ -424,7 +432,8 @@ class MatMulKernel : public OpKernel {
   memory::desc bias_desc_;
   std::shared_ptr<const dnnl::memory> packed_b_;  // shared by the model's plans
   GemmBackend backend_ = GemmBackend::kOneDnn;
-  GemmShape gemm_;  // the product as OpenBLAS runs it (backend_ == kOpenBlas)
+  GemmShape gemm_;  // the product as OpenBLAS or the packed kernel runs it
+  std::shared_ptr<const PackedGemmB> packed_gemm_b_;  // kPacked: shared by the model's plans
   dnnl::matmul primitive_;
 };
 
