@@ -15,6 +15,7 @@
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/kernels/kernel.h"
 #include "nn_conv_transpose_ref.h"
+#include "nn_conv_winograd.h"
 #include "nn_dnnl.h"
 #include "nn_dnnl_run_state.h"
 
@@ -253,10 +254,29 @@ class ConvKernel : public DnnlKernel {
       primitive_ = Primitive(pd);
     };
     if (!transpose_) {
-      make(dnnl::convolution_forward(),
-           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                           dnnl::algorithm::convolution_direct, any_x, any_w,
-                                           bias_desc, any_y, strides, dil, pl, pr));
+      const dnnl::convolution_forward::desc direct(dnnl::prop_kind::forward_inference,
+                                                   dnnl::algorithm::convolution_direct, any_x,
+                                                   any_w, bias_desc, any_y, strides, dil, pl, pr);
+      // Winograd for 3x3 stride-1 convolutions where it is measured faster for this plan
+      // (nn_conv_winograd.h; KILN_CONV_WINOGRAD=0 turns it off).
+      WinogradQuery query{&node_, false, group, c, m, g.kernel, g.strides, g.dilations, &w};
+      query.post_ops = &post_ops_;
+      query.epilogue = &epilogue_;
+      query.has_residual = has_residual;
+      query.direct = &direct;
+      query.attr = &attr;
+      query.user_x = user_x_desc_;
+      query.user_y = user_y_desc_;
+      query.user_r = user_r_desc_;
+      query.user_w = w_.user;
+      query.bias = bias_desc;
+      query.strides_dnnl = strides;
+      query.dilations_dnnl = dil;
+      query.pads_begin = pl;
+      query.pads_end = pr;
+      query.threads = ctx.intra_op_threads;
+      KILN_RETURN_IF_ERROR(winograd_.Choose(query));
+      make(dnnl::convolution_forward(), winograd_.active() ? winograd_.desc() : direct);
     } else {
       try {
         make(dnnl::deconvolution_forward(),
@@ -306,6 +326,7 @@ class ConvKernel : public DnnlKernel {
       residual_reorder_ =
           dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_r_desc_, engine, chosen_y));
     }
+    winograd_.ReserveScratch(&offset);
     ctx.scratch_bytes = offset;
     ctx.activation_reorders = int{reorder_x_} + int{reorder_y_} + int{residual_to_dst_reorder_};
 
@@ -320,7 +341,8 @@ class ConvKernel : public DnnlKernel {
     ctx.SetNumOutputs(1);
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = out_shape;
-    if (residual_index_ >= 0 && !reorder_y_ && !residual_to_dst_reorder_) {
+    // (Not in place under Winograd: its fallback reads the residual again.)
+    if (residual_index_ >= 0 && !reorder_y_ && !residual_to_dst_reorder_ && !winograd_.active()) {
       ctx.output_in_place_of[0] = residual_index_;
     }
     return absl::OkStatus();
@@ -431,6 +453,12 @@ class ConvKernel : public DnnlKernel {
     s.conv.Execute(primitive_, stream);
     if (reorder_y_) s.y_reorder.Execute(y_reorder_, stream);
     stream.wait();
+    if (winograd_.active()) {
+      winograd_.RecomputeIfNotFinite(
+          x.raw_data(), ctx.inputs[1].raw_data(), has_bias_ ? ctx.inputs[2].raw_data() : nullptr,
+          residual_index_ >= 0 ? ctx.inputs[residual_index_].raw_data() : nullptr, y.raw_data(),
+          scratch, ctx.intra_op_threads, stream);
+    }
     ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
   }
@@ -450,6 +478,7 @@ class ConvKernel : public DnnlKernel {
   PrimitiveWeights w_;
   dnnl::primitive primitive_;
   std::unique_ptr<ConvTransposeRefGeometry> reference_;  // set when oneDNN can't run it
+  ConvWinograd winograd_;  // the algorithm chosen for this plan, and Winograd's fallback
   dnnl::reorder x_reorder_, y_reorder_, residual_reorder_;
 };
 

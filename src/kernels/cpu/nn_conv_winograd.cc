@@ -1,0 +1,282 @@
+#include "nn_conv_winograd.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kiln/core/status.h"
+#include "nn_dnnl.h"
+
+namespace kiln::kernels::nn {
+namespace {
+
+using dnnl::memory;
+
+// Winograd must beat direct by this much to be taken: it changes the rounding, so a tie (or a
+// timing decided by noise from other processes) keeps the direct convolution.
+constexpr double kMinWinogradGain = 1.05;
+// The timing allocates X, Y, both weight layouts and both scratchpads before the plan's memory
+// budget is checked: above this the convolution stays direct untimed, so that a model's shapes
+// cannot drive a large allocation here.
+constexpr size_t kMaxTimedBytes = size_t{256} << 20;
+// Inputs below this many multiply-adds stay direct untimed: a choice between two runs of a few
+// microseconds would be decided by noise, and there is nothing to gain.
+constexpr int64_t kMinWinogradMacs = int64_t{1} << 20;
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One timing candidate: the primitive, with reorders from and to the plan's layouts when it
+// chose others, on zero-filled buffers oneDNN allocates.
+struct TimedConv {
+  dnnl::convolution_forward conv;
+  std::optional<dnnl::reorder> x_in, y_out;
+  memory user_x, user_y, x, y, w, bias, scratchpad;
+};
+
+size_t CandidateBytes(const dnnl::convolution_forward::primitive_desc& pd, const memory::desc& ux,
+                      const memory::desc& uy) {
+  size_t bytes = pd.weights_desc().get_size() + pd.scratchpad_desc().get_size();
+  if (pd.src_desc() != ux) bytes += pd.src_desc().get_size();
+  if (pd.dst_desc() != uy) bytes += pd.dst_desc().get_size();
+  return bytes;
+}
+
+memory ZeroMemory(const memory::desc& d, const dnnl::engine& engine) {
+  memory m(d, engine);
+  if (d.get_size() > 0) std::memset(m.get_data_handle(), 0, d.get_size());
+  return m;
+}
+
+TimedConv MakeTimed(const dnnl::convolution_forward::primitive_desc& pd, const memory& user_x,
+                    const memory& user_y, const memory::desc& bias) {
+  auto& engine = CpuEngine();
+  TimedConv t{dnnl::convolution_forward(pd),
+              std::nullopt,
+              std::nullopt,
+              user_x,
+              user_y,
+              pd.src_desc() != user_x.get_desc() ? ZeroMemory(pd.src_desc(), engine) : user_x,
+              pd.dst_desc() != user_y.get_desc() ? ZeroMemory(pd.dst_desc(), engine) : user_y,
+              ZeroMemory(pd.weights_desc(), engine),
+              memory(),
+              ZeroMemory(pd.scratchpad_desc(), engine)};
+  if (bias) t.bias = ZeroMemory(bias, engine);
+  if (pd.src_desc() != user_x.get_desc()) t.x_in = dnnl::reorder(user_x, t.x);
+  if (pd.dst_desc() != user_y.get_desc()) t.y_out = dnnl::reorder(t.y, user_y);
+  return t;
+}
+
+double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
+  const double start = Seconds();
+  if (t.x_in) t.x_in->execute(stream, t.user_x, t.x);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, t.x},
+                                          {DNNL_ARG_WEIGHTS, t.w},
+                                          {DNNL_ARG_DST, t.y},
+                                          {DNNL_ARG_SCRATCHPAD, t.scratchpad}};
+  if (t.bias) args[DNNL_ARG_BIAS] = t.bias;
+  t.conv.execute(stream, args);
+  if (t.y_out) t.y_out->execute(stream, t.y, t.user_y);
+  stream.wait();
+  // Winograd's run includes the scan for NaN and infinities that Compute adds to it.
+  if (scan) {
+    AllFinite(static_cast<const float*>(t.user_y.get_data_handle()),
+              static_cast<int64_t>(t.user_y.get_desc().get_size() / sizeof(float)), threads);
+  }
+  return Seconds() - start;
+}
+
+}  // namespace
+
+absl::StatusOr<WinogradMode> ReadWinogradMode() {
+  const char* value = std::getenv("KILN_CONV_WINOGRAD");
+  if (value == nullptr) return WinogradMode::kAuto;
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v.empty() || v == "auto") return WinogradMode::kAuto;
+  if (v == "0" || v == "off") return WinogradMode::kOff;
+  if (v == "1" || v == "on") return WinogradMode::kOn;
+  return absl::InvalidArgumentError(
+      absl::StrCat("KILN_CONV_WINOGRAD=", value, " is not one of auto, 0, off, 1, on"));
+}
+
+bool AllFinite(const float* data, int64_t n, int threads) {
+  // One flag per chunk, OR-ed without branches so the loop vectorizes; written only by the
+  // chunk's own thread.
+  bool finite = true;
+  OpenMpParallelFor(n, int64_t{1} << 16, threads, [&](int64_t begin, int64_t end) {
+    uint32_t bad = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, sizeof(bits));
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad != 0) __atomic_store_n(&finite, false, __ATOMIC_RELAXED);
+  });
+  return finite;
+}
+
+absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
+  active_ = false;
+  fallback_ = dnnl::primitive();
+  winograd_desc_.reset();
+  why_ = "direct";
+  KILN_ASSIGN_OR_RETURN(const WinogradMode mode, ReadWinogradMode());
+  if (q.creating) return absl::OkStatus();
+  if (mode == WinogradMode::kOff) {
+    why_ = "direct (KILN_CONV_WINOGRAD=0)";
+    return absl::OkStatus();
+  }
+  // oneDNN's Winograd: 2-D, 3x3, stride 1, no dilation, no groups. Channels in whole blocks of
+  // 16, so that the output's bytes (scanned for NaN) hold no padding in any layout.
+  const bool geometry = q.kernel.size() == 2 && q.kernel[0] == 3 && q.kernel[1] == 3 &&
+                        q.strides == std::vector<int64_t>{1, 1} &&
+                        q.dilations == std::vector<int64_t>{1, 1} && q.group == 1 &&
+                        q.c % 16 == 0 && q.m % 16 == 0 && q.c > 0 && q.m > 0;
+  if (!geometry) return absl::OkStatus();
+  // Transformed weights are packed once; weights known only per run, or with a NaN or infinity
+  // (which the weight transform would spread over the whole 3x3 kernel), stay direct.
+  if (q.w == nullptr || q.w->constant == nullptr) return absl::OkStatus();
+  const Tensor& w = *q.w->constant;
+  if (!AllFinite(w.data<float>(), w.num_elements(), q.threads)) {
+    why_ = "direct (weights not finite)";
+    return absl::OkStatus();
+  }
+  // The post-ops inside the primitive must keep a non-finite value non-finite, or the scan
+  // could miss one (nn_conv_winograd.h): the sum and LeakyRelu with a positive slope do.
+  const size_t inside = q.post_ops->size() - q.epilogue->size();
+  for (size_t i = 0; i < inside; ++i) {
+    const ir::PostOp& p = (*q.post_ops)[i];
+    if (p.kind != ir::kResidualPostOp && !(p.kind == "LeakyRelu" && p.alpha > 0.0f)) {
+      return absl::OkStatus();
+    }
+  }
+  // The fallback copies the residual into Y's bytes before summing: same layout only.
+  if (q.has_residual && q.user_r != q.user_y) return absl::OkStatus();
+
+  auto& engine = CpuEngine();
+  std::optional<dnnl::convolution_forward::desc> winograd;
+  std::optional<dnnl::convolution_forward::primitive_desc> winograd_pd;
+  const memory::desc any_x(q.user_x.dims(), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc any_w(q.user_w.dims(), memory::data_type::f32, memory::format_tag::any);
+  const memory::desc any_y(q.user_y.dims(), memory::data_type::f32, memory::format_tag::any);
+  try {
+    winograd.emplace(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
+                     any_x, any_w, q.bias, any_y, q.strides_dnnl, q.dilations_dnnl, q.pads_begin,
+                     q.pads_end);
+    winograd_pd.emplace(*winograd, *q.attr, engine);
+  } catch (const dnnl::error&) {
+    why_ = "direct (oneDNN has no Winograd here)";
+    return absl::OkStatus();
+  }
+  // The fallback: direct, on the plan's layouts and the weights' plain bytes (it runs only
+  // when an output is not finite, so it needs no packed weights of its own).
+  std::optional<dnnl::convolution_forward::primitive_desc> fallback_pd;
+  try {
+    dnnl::primitive_attr attr = *q.attr;  // user scratchpad and the same post-ops
+    fallback_pd.emplace(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, q.user_x,
+            q.user_w, q.bias, q.user_y, q.strides_dnnl, q.dilations_dnnl, q.pads_begin, q.pads_end),
+        attr, engine);
+  } catch (const dnnl::error&) {
+    return absl::OkStatus();
+  }
+
+  bool take = mode == WinogradMode::kOn;
+  if (!take) {
+    const memory::dims y_dims = q.user_y.dims();
+    const int64_t macs = y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9;
+    if (macs < kMinWinogradMacs) {
+      why_ = "direct (too small to gain)";
+      return absl::OkStatus();
+    }
+    const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
+    const size_t bytes = q.user_x.get_size() + q.user_y.get_size() +
+                         CandidateBytes(direct_pd, q.user_x, q.user_y) +
+                         CandidateBytes(*winograd_pd, q.user_x, q.user_y);
+    if (bytes > kMaxTimedBytes) {
+      why_ = "direct (too large to time)";
+      return absl::OkStatus();
+    }
+    ScopedDnnlThreads threads(q.threads);
+    auto& stream = ThreadStream();
+    const memory user_x = ZeroMemory(q.user_x, engine);
+    const memory user_y = ZeroMemory(q.user_y, engine);
+    TimedConv direct_run = MakeTimed(direct_pd, user_x, user_y, q.bias);
+    TimedConv winograd_run = MakeTimed(*winograd_pd, user_x, user_y, q.bias);
+    // One warm-up each, then the best of three, interleaved so that load from other
+    // processes falls on both.
+    RunOnce(direct_run, false, q.threads, stream);
+    RunOnce(winograd_run, true, q.threads, stream);
+    double direct_s = 1e30, winograd_s = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
+      winograd_s = std::min(winograd_s, RunOnce(winograd_run, true, q.threads, stream));
+    }
+    take = direct_s > winograd_s * kMinWinogradGain;
+    why_ = absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
+                           take ? "winograd" : "direct", direct_pd.impl_info_str(), direct_s * 1e3,
+                           winograd_pd->impl_info_str(), winograd_s * 1e3);
+  } else {
+    why_ = absl::StrCat("winograd ", winograd_pd->impl_info_str(), " (KILN_CONV_WINOGRAD=1)");
+  }
+  if (!take) return absl::OkStatus();
+  active_ = true;
+  winograd_desc_ = winograd;
+  user_x_ = q.user_x;
+  user_y_ = q.user_y;
+  user_w_ = q.user_w;
+  bias_ = q.bias;
+  fallback_scratch_ = fallback_pd->scratchpad_desc();
+  fallback_ = dnnl::convolution_forward(*fallback_pd);
+  return absl::OkStatus();
+}
+
+void ConvWinograd::ReserveScratch(size_t* offset) {
+  if (!active_) return;
+  fallback_offset_ = *offset;
+  *offset += Align64(fallback_scratch_.get_size());
+}
+
+bool ConvWinograd::RecomputeIfNotFinite(const void* x, const void* w, const void* bias,
+                                        const void* residual, void* y, char* scratch, int threads,
+                                        dnnl::stream& stream) const {
+  const size_t y_bytes = user_y_.get_size();
+  if (AllFinite(static_cast<const float*>(y), static_cast<int64_t>(y_bytes / sizeof(float)),
+                threads)) {
+    return false;
+  }
+  // The residual's bytes are the input's own (Reshape keeps Y out of its memory while
+  // Winograd is active), so they still hold the residual.
+  if (residual != nullptr) std::memcpy(y, residual, y_bytes);
+  const RawMemory xm(user_x_, x), wm(user_w_, w), ym(user_y_, y),
+      sm(fallback_scratch_, scratch + fallback_offset_);
+  if (bias != nullptr) {
+    const RawMemory bm(bias_, bias);
+    ExecutePrimitive(fallback_, stream,
+                     {{DNNL_ARG_SRC, xm.get()},
+                      {DNNL_ARG_WEIGHTS, wm.get()},
+                      {DNNL_ARG_BIAS, bm.get()},
+                      {DNNL_ARG_DST, ym.get()},
+                      {DNNL_ARG_SCRATCHPAD, sm.get()}});
+  } else {
+    ExecutePrimitive(fallback_, stream,
+                     {{DNNL_ARG_SRC, xm.get()},
+                      {DNNL_ARG_WEIGHTS, wm.get()},
+                      {DNNL_ARG_DST, ym.get()},
+                      {DNNL_ARG_SCRATCHPAD, sm.get()}});
+  }
+  stream.wait();
+  return true;
+}
+
+}  // namespace kiln::kernels::nn
