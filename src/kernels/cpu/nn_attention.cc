@@ -23,6 +23,7 @@
 #include "kernels/cpu/simd/ops.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/attention.h"
+#include "kiln/kernels/openmp_threads.h"
 
 namespace kiln::kernels::nn {
 namespace {
@@ -209,6 +210,10 @@ class AttentionKernel : public NodeKernel {
     std::atomic<bool> failed{false};
     // One chunk per thread, each with its own score buffer.
     ctx.ParallelFor(std::max(threads, 1), 1, [&](int64_t t_begin, int64_t t_end) {
+      // Each head's products run on this thread: a team of its own per 128 x 128 x 64 product
+      // (what sgemm starts outside a parallel region, as on the single-thread path) costs more
+      // than the product; inside the loop's team this is a no-op.
+      ScopedOpenMpThreads one_thread(1);
       for (int64_t t = t_begin; t < t_end; ++t) {
         float* scores = scratch + t * buffer_floats_;
         const int64_t begin = items * t / threads, end = items * (t + 1) / threads;
