@@ -1,5 +1,6 @@
 #include "kiln/data/formats/tfrecord.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@ namespace {
 
 constexpr size_t kHeaderSize = sizeof(uint64_t) + sizeof(uint32_t);
 constexpr size_t kFooterSize = sizeof(uint32_t);
+constexpr uint64_t kMaxReserve = 1 << 20;
 
 void EncodeHeader(absl::string_view record, std::string* header) {
   header->clear();
@@ -51,6 +53,10 @@ absl::Status RecordReader::Read(std::string* record) {
     return Corrupt("corrupted record: length CRC mismatch");
   }
   record->clear();
+  // One allocation of the right size instead of the string's doubling steps. The length has
+  // passed its CRC, but a crafted one can still be huge: beyond 1 MiB the string grows as the
+  // bytes actually arrive (ReadAppend reads large records in bounded steps).
+  record->reserve(std::min<uint64_t>(length, kMaxReserve));
   KILN_ASSIGN_OR_RETURN(got, stream_->ReadAppend(length, record));
   if (got < length) {
     return Corrupt(absl::StrCat("truncated record (", got, " of ", length, " data bytes)"));

@@ -129,6 +129,35 @@ TEST(DecodeJpegResizedTest, WritesIntoTheTensorItIsGiven) {
   EXPECT_EQ(out.status(), absl::InvalidArgumentError("no room"));
 }
 
+// A given output (a batch slot) holds the same bits as the steps apart for rows that are not
+// a whole number of vectors and slots that do not start on a vector boundary, and nothing is
+// written outside the slot.
+TEST(DecodeJpegResizedTest, GivenSlotsHoldTheSameBitsAtAnyAlignment) {
+  const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stddev = {0.229f, 0.224f, 0.225f};
+  const NormalizeArgs normalize{mean, stddev, 1.0f / 255.0f};
+  const std::string jpeg = NoisyJpeg(75, 61, 3, 21);
+  for (const NormalizeArgs* n : {static_cast<const NormalizeArgs*>(nullptr), &normalize}) {
+    for (int64_t offset_floats : {0, 1, 3, 5, 8}) {
+      const Shape shape{29, 37, 3};
+      const int64_t count = shape.num_elements();
+      Tensor backing(DType::kFloat32, Shape{count + 16});
+      for (float& x : backing.span<float>()) x = -7.0f;
+      Tensor slot(DType::kFloat32, shape, backing.buffer(),
+                  static_cast<size_t>(offset_floats) * sizeof(float));
+      JpegOutputFn output = [&](const Shape&) -> absl::StatusOr<Tensor> { return slot; };
+      absl::StatusOr<Tensor> out = DecodeJpegResized(jpeg, {.channels = 3}, 29, 37, n, &output);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_TRUE(SameBits(slot, *Unfused(jpeg, {.channels = 3}, 29, 37, n))) << offset_floats;
+      const float* all = backing.data<float>();
+      for (int64_t i = 0; i < count + 16; ++i) {
+        if (i < offset_floats || i >= offset_floats + count) {
+          ASSERT_EQ(all[i], -7.0f) << "written outside the slot at " << i;
+        }
+      }
+    }
+  }
+}
+
 // Chain recognizes decode_jpeg -> resize -> normalize on one component: same elements and
 // errors as the functions applied one at a time, and a MapIntoFn when it ends the chain.
 TEST(ChainTest, FusedImageStepsEqualTheStepsApart) {
