@@ -18,8 +18,10 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node, absl::Span<co
     return absl::UnimplementedError(absl::StrCat("no CPU kernel for ", node.Describe()));
   }
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::OpKernel> kernel, (*factory)(node));
-  kernels::ReshapeContext prepare;
-  prepare.node = &node;
+  // The whole lifecycle on one object, run once: Create sees every input as the constant it is
+  // (packing into the kernel's own copy), then Reshape reads what Create made from itself.
+  kernels::CreateContext create;
+  create.node = &node;
   for (const Tensor& t : inputs) {
     kernels::InputInfo info;
     if (t.valid()) {
@@ -27,8 +29,13 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node, absl::Span<co
       info.shape = t.shape();
       info.constant = &t;
     }
-    prepare.inputs.push_back(info);
+    create.inputs.push_back(info);
   }
+  KILN_RETURN_IF_ERROR(kernel->Create(create));
+  kernels::ReshapeContext prepare;
+  prepare.node = &node;
+  prepare.created = kernel.get();
+  prepare.inputs = create.inputs;
   prepare.SetNumOutputs(static_cast<int>(node.outputs.size()));
   KILN_RETURN_IF_ERROR(kernel->Reshape(prepare));
   MemoryBudget budget(max_output_bytes);

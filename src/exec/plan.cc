@@ -1,4 +1,5 @@
-// CompiledPlan: the plan compiler (Build: kernels created and Prepared per node, constants
+// CompiledPlan: the plan compiler (Build: each node's kernel Reshaped for the input shapes,
+// reading what the model's kernel for the node made in Create (created_kernels.h), constants
 // folded for the input shapes; PlanArena: value liveness into arena offsets and in-place
 // outputs) and the executor (Run: per-run states from a pool, steps by parallel level,
 // subgraph plans for If/Loop/Scan bodies).
@@ -20,6 +21,7 @@
 #include "kiln/core/clock.h"
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
+#include "kiln/exec/created_kernels.h"
 #include "kiln/exec/memory_planner.h"
 #include "kiln/exec/node_evaluator.h"
 #include "kiln/ir/op_traits.h"
@@ -80,6 +82,8 @@ struct CompiledPlan::ValueSlot {
 struct CompiledPlan::Step {
   const ir::Node* node = nullptr;
   std::unique_ptr<kernels::OpKernel> kernel;  // null when prepared at run time
+  // The model's kernel for this node, on which Create ran (owned by options_.created_kernels).
+  const kernels::OpKernel* created = nullptr;
   bool prepare_at_run_time = false;
   bool has_subgraphs = false;
   std::vector<ValueId> inputs;
@@ -178,6 +182,9 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   plan->options_ = options;
   if (!plan->options_.packed_constants) {
     plan->options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
+  }
+  if (!plan->options_.created_kernels) {
+    plan->options_.created_kernels = std::make_shared<CreatedKernels>();
   }
   plan->memory_limit_ = options.run_memory_budget_bytes != 0 ? options.run_memory_budget_bytes
                                                              : MemoryBudget::DefaultLimit();
@@ -314,12 +321,37 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
                                                    node.domain.empty() ? "" : node.domain + "::",
                                                    node.op, " (node ", node.Describe(), ")"));
     }
+    const bool foldable = options_.fold_constants && shapes_known && !step.has_subgraphs &&
+                          !ir::IsNondeterministic(node) &&
+                          (all_constant || (ReadsOnlyShape(node) && node.inputs.size() == 1));
+    // Create once per node for the model: the first plan that runs the node creates it, every
+    // later plan (another batch size) reuses it and packs nothing. A node evaluated here, once,
+    // is created on its own kernel object below.
+    if (!foldable) {
+      bool made = false;
+      KILN_ASSIGN_OR_RETURN(
+          step.created,
+          options_.created_kernels->GetOrCreate(
+              graph_, node,
+              [&] { return ModelCreateContext(graph, node, options_.packed_constants.get()); },
+              &made));
+      if (made) ++stats_.kernels_created;
+    }
     kernels::ReshapeContext prepare;
     if (shapes_known) {
       auto kernel = (*factory)(node);
       if (!kernel.ok()) return Annotate(kernel.status(), node.Describe());
       step.kernel = std::move(*kernel);
+      if (foldable) {
+        kernels::CreateContext create;
+        create.node = &node;
+        create.inputs = infos;
+        absl::Status status = step.kernel->Create(create);
+        if (!status.ok()) return Annotate(status, absl::StrCat("creating ", node.Describe()));
+        step.created = step.kernel.get();
+      }
       prepare.node = &node;
+      prepare.created = step.created;
       prepare.inputs = infos;
       prepare.intra_op_threads = options_.intra_op_threads;
       prepare.packed_constants = options_.packed_constants.get();
@@ -360,9 +392,6 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       step.prepare_at_run_time = true;
     }
 
-    const bool foldable = options_.fold_constants && shapes_known && !step.has_subgraphs &&
-                          !ir::IsNondeterministic(node) &&
-                          (all_constant || (ReadsOnlyShape(node) && node.inputs.size() == 1));
     if (foldable) {
       // Evaluate now; Shape/Size see a tensor that has the shape but no memory.
       std::vector<Tensor> inputs(node.inputs.size());
@@ -717,6 +746,8 @@ absl::Status CompiledPlan::RunStepPreparedAtRunTime(const Step& step, RunState& 
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::OpKernel> kernel, (*factory)(node));
   kernels::ReshapeContext prepare;
   prepare.node = &node;
+  prepare.created = step.created;
+  prepare.packed_constants = options_.packed_constants.get();
   prepare.intra_op_threads = options_.intra_op_threads;
   prepare.inputs.resize(step.inputs.size());
   for (size_t i = 0; i < step.inputs.size(); ++i) {

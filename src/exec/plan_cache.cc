@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kiln/exec/created_kernels.h"
+
 namespace kiln::exec {
 
 PlanCache::PlanCache(std::shared_ptr<const ir::Graph> graph, CompileOptions options,
@@ -9,10 +11,12 @@ PlanCache::PlanCache(std::shared_ptr<const ir::Graph> graph, CompileOptions opti
     : graph_(std::move(graph)),
       options_(std::move(options)),
       capacity_(std::max<size_t>(1, capacity)) {
-  // One set of packed weights for every plan of this signature.
+  // One created kernel per node and one set of packed weights for every plan of this
+  // signature: a new batch size reshapes, it does not create or pack again.
   if (!options_.packed_constants) {
     options_.packed_constants = std::make_shared<kernels::PackedConstantCache>();
   }
+  if (!options_.created_kernels) options_.created_kernels = std::make_shared<CreatedKernels>();
 }
 
 std::shared_ptr<const CompiledPlan> PlanCache::Find(absl::Span<const Shape> input_shapes) {

@@ -22,9 +22,9 @@ bool AllOutputsEmpty(const kernels::ReshapeContext& prepare);
 absl::Status RunPrepared(const kernels::OpKernel& kernel, const kernels::ReshapeContext& prepare,
                          kernels::ComputeContext& ctx);
 
-// The CPU kernels as an ir::NodeEvaluator: each call creates the node's kernel, prepares it for
-// the inputs' dtypes and shapes (constant inputs visible to Reshape) and runs it once. Holds
-// no state.
+// The CPU kernels as an ir::NodeEvaluator: each call makes the node's kernel, Creates it (every
+// input a constant), Reshapes it for the inputs' dtypes and shapes (created = itself) and runs
+// it once. Holds no state.
 class KernelEvaluator final : public ir::NodeEvaluator {
  public:
   absl::StatusOr<std::vector<Tensor>> Evaluate(const ir::Node& node,

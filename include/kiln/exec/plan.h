@@ -1,12 +1,13 @@
 // The plan compiler and executor.
 //
 // Compile() turns an IR graph plus concrete input shapes into a CompiledPlan: nodes in
-// dependency order, each with its kernel created and Prepared for those shapes; nodes whose
-// inputs are all known at compile time (constants, and Shape/Size of inputs whose shapes are
-// now known) evaluated once and turned into constants; nodes nothing needs dropped; one arena
-// per run with offsets from value liveness, outputs written in place of inputs where the
-// kernel allows it. Nodes downstream of data-dependent shapes (NonZero, control flow) are
-// Prepared at run time instead.
+// dependency order, each with its own kernel object Reshaped for those shapes (the model's
+// kernel for the node, on which Create ran once, shared through CompileOptions::created_kernels:
+// created_kernels.h); nodes whose inputs are all known at compile time (constants, and
+// Shape/Size of inputs whose shapes are now known) evaluated once and turned into constants;
+// nodes nothing needs dropped; one arena per run with offsets from value liveness, outputs
+// written in place of inputs where the kernel allows it. Nodes downstream of data-dependent
+// shapes (NonZero, control flow) are Reshaped at run time instead.
 //
 // Run() executes the plan. Runs take a per-run state (arena, bound tensors) from a pool, so a
 // run of a static plan makes no heap allocation once the pool is warm when the caller passes
@@ -31,6 +32,8 @@
 
 namespace kiln::exec {
 
+class CreatedKernels;
+
 struct CompileOptions {
   // Threads each kernel may use, on the OpenMP team oneDNN uses when `intra_op_openmp`: one
   // set of intra-op threads, instead of a pool whose workers would compete with oneDNN's.
@@ -43,6 +46,10 @@ struct CompileOptions {
   // Weights that kernels pack for their primitives, shared by every plan compiled with these
   // options (PlanCache: every batch size of a signature); Compile makes one when null.
   std::shared_ptr<kernels::PackedConstantCache> packed_constants;
+  // The model's kernels on which Create ran, one per node, shared by every plan compiled with
+  // these options (PlanCache: every batch size of a signature); Compile makes one when null.
+  // Create packs into `packed_constants`, which stays the one store of packed bytes.
+  std::shared_ptr<CreatedKernels> created_kernels;
   // Bytes one run may hold (arena, outputs, tensors kernels size from input values); 0 means
   // MemoryBudget::DefaultLimit(). A plan whose planned memory alone exceeds it does not
   // compile; a run that would exceed it fails with RESOURCE_EXHAUSTED naming the node.
@@ -67,6 +74,7 @@ struct PlanStats {
   int empty_steps = 0;        // steps whose outputs are all empty: never computed
   size_t unshared_bytes = 0;  // the same without buffer reuse
   int64_t compile_ns = 0;
+  int kernels_created = 0;  // Create calls this compile made (0 once the model's kernels exist)
   // Activation reorders kernels run per execution (a value whose layout is not the one its
   // primitive reads or writes); the conv layout pass keeps this near 0 on CNNs.
   int activation_reorders = 0;

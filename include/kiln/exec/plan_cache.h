@@ -39,6 +39,8 @@ class PlanCache {
   const kernels::PackedConstantCache& packed_constants() const {
     return *options_.packed_constants;
   }
+  // The kernels Create ran on, one per node, shared by every plan of this cache.
+  const CreatedKernels& created_kernels() const { return *options_.created_kernels; }
 
  private:
   std::shared_ptr<const CompiledPlan> Find(absl::Span<const Shape> input_shapes);

@@ -1,6 +1,8 @@
 // Test helper for kernel authors: runs one operator through the real kernel registry, the
-// way the plan compiler does (Reshape with the input dtypes/shapes, then Compute into
-// outputs allocated from the shapes Reshape declared).
+// way the plan compiler does (Create with the constant inputs, Reshape with the input
+// dtypes/shapes reading what Create made, then Compute into outputs allocated from the shapes
+// Reshape declared). Create and Reshape run on the same kernel object (created = itself), with
+// a packed-constant store of the test's own, as the plan compiler's model store.
 //
 //   #include "kiln/kernels/testing.h"
 //   using kiln::kernels::testing::RunKernel;
@@ -59,6 +61,7 @@ namespace internal {
 
 struct PreparedKernel {
   ir::Graph graph;
+  PackedConstantCache packed_constants;
   std::unique_ptr<OpKernel> kernel;
   ReshapeContext prepare;
 };
@@ -175,9 +178,9 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(
   if (!kernel.ok()) return kernel.status();
   pk->kernel = std::move(*kernel);
 
-  ReshapeContext& prepare = pk->prepare;
-  prepare.node = &node;
-  prepare.intra_op_threads = options.intra_op_threads;
+  CreateContext create;
+  create.node = &node;
+  create.packed_constants = &pk->packed_constants;
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputInfo info;
     if (inputs[i].valid()) {
@@ -185,10 +188,20 @@ inline absl::StatusOr<std::vector<Tensor>> RunKernel(
       info.shape = inputs[i].shape();
       if (options.constant_inputs.count(static_cast<int>(i)) > 0) info.constant = &inputs[i];
     }
-    prepare.inputs.push_back(info);
+    create.inputs.push_back(info);
   }
+  absl::Status status = pk->kernel->Create(create);
+  if (!status.ok() && options.batch_zero_run) return std::vector<Tensor>{};  // op refuses it
+  if (!status.ok()) return status;
+
+  ReshapeContext& prepare = pk->prepare;
+  prepare.node = &node;
+  prepare.created = pk->kernel.get();
+  prepare.packed_constants = &pk->packed_constants;
+  prepare.intra_op_threads = options.intra_op_threads;
+  prepare.inputs = create.inputs;
   prepare.SetNumOutputs(options.num_outputs);
-  absl::Status status = pk->kernel->Reshape(prepare);
+  status = pk->kernel->Reshape(prepare);
   if (!status.ok() && options.batch_zero_run) return std::vector<Tensor>{};  // op refuses it
   if (!status.ok()) return status;
   const size_t n = static_cast<size_t>(options.num_outputs);

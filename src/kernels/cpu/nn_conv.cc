@@ -110,14 +110,92 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
   return g;
 }
 
+// The attributes a convolution's geometry reads, checked without shapes (Create): the shape
+// checks stay in ComputeGeometry, at Reshape.
+absl::Status ValidateConvAttributes(const ir::Node& node) {
+  if (node.GetInt("group", 1) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(), ": group must be positive, got ", node.GetInt("group", 1)));
+  }
+  for (const char* name : {"strides", "dilations"}) {
+    for (int64_t v : node.GetInts(name)) {
+      if (v < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node.Describe(), ": ", name, " must be positive, got ", v));
+      }
+    }
+  }
+  for (int64_t v : node.GetInts("kernel_shape")) {
+    if (v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node.Describe(), ": kernel_shape must be positive, got ", v));
+    }
+  }
+  const std::string auto_pad = node.GetString("auto_pad", "NOTSET");
+  if (!ir::ParseAutoPad(auto_pad).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(), ": unknown auto_pad '", auto_pad, "'"));
+  }
+  return absl::OkStatus();
+}
+
 class ConvKernel : public DnnlKernel {
  public:
   ConvKernel(const ir::Node& node, bool transpose) : DnnlKernel(node), transpose_(transpose) {}
 
  private:
+  // Once per node per model: checks the attributes, and packs constant weights into the layout
+  // oneDNN picks for the input shape the graph records (batch 1 where the graph leaves the batch
+  // open: a convolution's weight layout follows the ISA, the channels and the implementation,
+  // not the batch). Plans whose primitive picks the same layout share them (PrimitiveWeights).
+  absl::Status CreateImpl(CreateContext& ctx) override {
+    KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    dnnl::post_ops ops;
+    KILN_RETURN_IF_ERROR(AppendPostOps(node_, post_ops_, ops).status());
+    KILN_RETURN_IF_ERROR(ValidateConvAttributes(node_));
+    if (ctx.inputs.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs X and W inputs"));
+    }
+    const InputInfo& x = ctx.inputs[0];
+    const InputInfo& w = ctx.inputs[1];
+    if (w.constant == nullptr || w.dtype != DType::kFloat32 || x.shape.rank() != w.shape.rank() ||
+        x.shape.rank() < 3) {
+      return absl::OkStatus();  // nothing to pack, or no shape to choose the layout for
+    }
+    Shape x_shape = x.shape;
+    if (x_shape.dim(0) <= 0) x_shape.set_dim(0, 1);
+    for (int i = 1; i < x_shape.rank(); ++i) {
+      if (x_shape.dim(i) <= 0) return absl::OkStatus();  // Reshape packs for the plan's shape
+    }
+    ReshapeContext model_shape;
+    model_shape.node = ctx.node;
+    model_shape.inputs = ctx.inputs;
+    model_shape.inputs[0].shape = x_shape;
+    model_shape.packed_constants = ctx.packed_constants;
+    model_shape.SetNumOutputs(1);
+    creating_ = true;
+    absl::Status packed;
+    try {
+      packed = ReshapeImpl(model_shape);
+    } catch (const dnnl::error&) {
+      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
+    }
+    creating_ = false;
+    reference_.reset();
+    // A shape the real plans will not have (the graph's types disagree with W, or oneDNN has no
+    // primitive for it): nothing packed here; Reshape reports or packs for the plan's shape.
+    if (!packed.ok()) w_ = PrimitiveWeights();
+    return absl::OkStatus();
+  }
+
   absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     reference_.reset();
-    KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    const ConvKernel* created = static_cast<const ConvKernel*>(ctx.created);
+    if (created != nullptr && created != this) {
+      post_ops_ = created->post_ops_;  // read and checked by Create
+    } else if (created == nullptr) {
+      KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    }
     const bool has_residual =
         !post_ops_.empty() && std::any_of(post_ops_.begin(), post_ops_.end(), [](const PostOp& p) {
           return p.kind == ir::kResidualPostOp;
@@ -165,7 +243,7 @@ class ConvKernel : public DnnlKernel {
     // divides by these dimensions. Compute writes what the epilogue makes of a zero sum.
     empty_work_ = out_shape.num_elements() == 0 || c == 0;
     if (empty_work_) {
-      if (residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out_shape) {
+      if (!creating_ && residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out_shape) {
         return absl::InvalidArgumentError(absl::StrCat(
             node_.Describe(), ": residual input ", ctx.inputs[residual_index_].shape.ToString(),
             " must match output ", out_shape.ToString()));
@@ -251,7 +329,7 @@ class ConvKernel : public DnnlKernel {
       chosen_w = pd.weights_desc();
       chosen_y = pd.dst_desc();
       scratch = pd.scratchpad_desc();
-      primitive_ = Primitive(pd);
+      if (!creating_) primitive_ = Primitive(pd);  // Create keeps only the packed weights
     };
     if (!transpose_) {
       const dnnl::convolution_forward::desc direct(dnnl::prop_kind::forward_inference,
@@ -314,7 +392,9 @@ class ConvKernel : public DnnlKernel {
     if (reorder_x_) offset += Align64(chosen_x.get_size());
     y_offset_ = offset;
     if (reorder_y_) offset += Align64(chosen_y.get_size());
-    KILN_RETURN_IF_ERROR(w_.Prepare(ctx, node_, w, chosen_w, &offset));
+    KILN_RETURN_IF_ERROR(
+        w_.Prepare(ctx, node_, w, chosen_w, &offset, created ? &created->w_ : nullptr));
+    if (creating_) return absl::OkStatus();
     if (reorder_x_) x_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
     if (reorder_y_) {
       y_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
@@ -464,6 +544,7 @@ class ConvKernel : public DnnlKernel {
   }
 
   bool transpose_;
+  bool creating_ = false;  // ReshapeImpl runs for Create: pack the weights, make no primitive
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool has_bias_ = false;

@@ -90,13 +90,22 @@ absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
 
 absl::Status PrimitiveWeights::Prepare(const ReshapeContext& ctx, const ir::Node& node,
                                        const InputInfo& w, const memory::desc& chosen_layout,
-                                       size_t* offset) {
+                                       size_t* offset, const PrimitiveWeights* created) {
+  // Read before this object changes: `created` may be this object (Create and Reshape on one
+  // kernel outside a plan).
+  std::shared_ptr<const dnnl::memory> created_packed;
+  if (created != nullptr && created->packed && created->chosen == chosen_layout &&
+      created->user == user) {
+    created_packed = created->packed;
+  }
   chosen = chosen_layout;
   reorder = chosen != user;
   scratch_offset = *offset;
   packed.reset();
   if (!reorder) return absl::OkStatus();
-  if (w.constant != nullptr) {
+  if (w.constant != nullptr && created_packed) {
+    packed = std::move(created_packed);
+  } else if (w.constant != nullptr) {
     KILN_ASSIGN_OR_RETURN(packed, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node,
                                                user, w.constant->raw_data(), chosen));
   } else {

@@ -89,12 +89,15 @@ absl::Status CatchDnnl(const ir::Node& node, Fn&& fn) {
   }
 }
 
-// A kernel on oneDNN primitives: Reshape and Compute run ReshapeImpl and ComputeImpl through
-// CatchDnnl.
+// A kernel on oneDNN primitives: Create, Reshape and Compute run CreateImpl, ReshapeImpl and
+// ComputeImpl through CatchDnnl.
 class DnnlKernel : public OpKernel {
  public:
   explicit DnnlKernel(const ir::Node& node) : node_(node) {}
 
+  absl::Status Create(CreateContext& ctx) final {
+    return CatchDnnl(node_, [&] { return CreateImpl(ctx); });
+  }
   absl::Status Reshape(ReshapeContext& ctx) final {
     return CatchDnnl(node_, [&] { return ReshapeImpl(ctx); });
   }
@@ -103,6 +106,7 @@ class DnnlKernel : public OpKernel {
   }
 
  protected:
+  virtual absl::Status CreateImpl(CreateContext& /*ctx*/) { return absl::OkStatus(); }
   virtual absl::Status ReshapeImpl(ReshapeContext& ctx) = 0;
   virtual absl::Status ComputeImpl(ComputeContext& ctx) const = 0;
 
@@ -138,8 +142,17 @@ absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
     const void* data, const dnnl::memory::desc& packed);
 
 // A primitive's weights in the layout it chose: packed once per model when they are a
-// constant (PackConstant), else reordered into scratch on every run; the input itself when
-// the layouts agree.
+// constant, else reordered into scratch on every run; the input itself when the layouts agree.
+//
+// Packing belongs to Create (kernel.h): the model's kernel for the node builds its primitive
+// descriptor for the shape the graph records (batch 1 where the graph leaves it open) and
+// packs the constant weights into that layout, in the model's PackedConstantCache. A plan's
+// Reshape then takes those packed weights from the created kernel when its own primitive
+// chose the same layout, which is the common case: a oneDNN convolution's weight layout
+// follows the ISA, the channels and the implementation, not the batch. When a plan's primitive
+// wants another layout (another implementation for that batch or for spatial dimensions the
+// graph did not fix), Reshape packs through the same cache, keyed by node and layout, so that
+// layout too is packed once per model and counted once.
 struct PrimitiveWeights {
   dnnl::memory::desc user, chosen;
   bool reorder = false;  // chosen != user
@@ -147,10 +160,13 @@ struct PrimitiveWeights {
   std::shared_ptr<const dnnl::memory> packed;  // shared by the model's plans
   dnnl::reorder reorder_primitive;             // user -> chosen, when not packed
 
-  // At Reshape, `user` set, with the primitive's layout `chosen_layout`: packs constant
-  // weights, or places their per-run copy in scratch at *offset (advancing it).
+  // At Create or Reshape, `user` set, with the primitive's layout `chosen_layout`: takes the
+  // constant weights packed by `created` (the created kernel's weights; may be this object)
+  // when they are in that layout, else packs them; or places the per-run copy of weights that
+  // are not constant in scratch at *offset (advancing it).
   absl::Status Prepare(const ReshapeContext& ctx, const ir::Node& node, const InputInfo& w,
-                       const dnnl::memory::desc& chosen_layout, size_t* offset);
+                       const dnnl::memory::desc& chosen_layout, size_t* offset,
+                       const PrimitiveWeights* created = nullptr);
 };
 
 // The weights' memory for one Compute call: reordered into scratch first when they are

@@ -107,7 +107,64 @@ class Int8ConvKernel : public DnnlKernel {
   using DnnlKernel::DnnlKernel;
 
  private:
+  // Once per node per model: the attributes no shape changes, then the int8 weights packed
+  // into the layout oneDNN picks for the input shape the graph records (batch 1 where it is
+  // open), shared by the plans whose primitive picks the same (PrimitiveWeights).
+  absl::Status CreateImpl(CreateContext& ctx) override {
+    if (ir::Int8TypeFromName(node_.GetString("out_type", "float")) == DType::kInvalid) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": out_type must be uint8, int8 or float"));
+    }
+    if (node_.GetInt("group", 1) < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": group must be positive"));
+    }
+    for (float scale : node_.GetFloats("w_scales")) {
+      if (!(scale > 0) || !std::isfinite(scale)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": w_scales must be positive and finite"));
+      }
+    }
+    const std::vector<ir::PostOp> post_ops = ir::GetPostOps(node_);
+    for (size_t i = 0; i < post_ops.size(); ++i) {
+      const std::string& kind = post_ops[i].kind;
+      if (kind == ir::kResidualPostOp && i != 0) {
+        return absl::UnimplementedError(
+            absl::StrCat(node_.Describe(), ": the residual Add must be the first post-op"));
+      }
+      if (kind != ir::kResidualPostOp && kind != "Relu" && kind != "LeakyRelu" && kind != "Clip") {
+        return absl::UnimplementedError(
+            absl::StrCat(node_.Describe(), ": post-op ", kind, " has no int8 form"));
+      }
+    }
+    if (ctx.inputs.size() < 2 || ctx.inputs[1].constant == nullptr ||
+        ctx.inputs[0].shape.rank() != 4) {
+      return absl::OkStatus();  // nothing to pack, or no shape to choose the layout for
+    }
+    Shape x_shape = ctx.inputs[0].shape;
+    if (x_shape.dim(0) <= 0) x_shape.set_dim(0, 1);
+    for (int i = 1; i < 4; ++i) {
+      if (x_shape.dim(i) <= 0) return absl::OkStatus();  // Reshape packs for the plan's shape
+    }
+    ReshapeContext model_shape;
+    model_shape.node = ctx.node;
+    model_shape.inputs = ctx.inputs;
+    model_shape.inputs[0].shape = x_shape;
+    model_shape.packed_constants = ctx.packed_constants;
+    creating_ = true;
+    absl::Status packed;
+    try {
+      packed = ReshapeImpl(model_shape);
+    } catch (const dnnl::error&) {
+      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
+    }
+    creating_ = false;
+    // Not a shape the plans will have: Reshape reports it, or packs for the plan's shape.
+    if (!packed.ok()) w_ = PrimitiveWeights();
+    return absl::OkStatus();
+  }
+
   absl::Status ReshapeImpl(ReshapeContext& ctx) override {
+    const Int8ConvKernel* created = static_cast<const Int8ConvKernel*>(ctx.created);
     const std::vector<ir::PostOp> post_ops = ir::GetPostOps(node_);
     const bool has_residual = ir::HasResidual(node_);
     if (ctx.inputs.size() < 2) {
@@ -200,7 +257,8 @@ class Int8ConvKernel : public DnnlKernel {
         // oneDNN sums a residual of the destination's byte size under its own type, so an
         // int8 output may add a uint8 residual and the other way round.
         const bool type_ok = int8_out ? IsInt8(r.dtype) : r.dtype == DType::kFloat32;
-        if (!type_ok || r.shape != y_shape) {
+        // (Create's batch stands for any batch: the residual's graph shape may leave it open.)
+        if (!type_ok || (!creating_ && r.shape != y_shape)) {
           return absl::InvalidArgumentError(absl::StrCat(
               node_.Describe(), ": residual must be ", int8_out ? "uint8 or int8" : "float",
               y_shape.ToString(), ", is ", DTypeName(r.dtype), r.shape.ToString()));
@@ -253,7 +311,7 @@ class Int8ConvKernel : public DnnlKernel {
     y_desc_ = pd.dst_desc();
     scratch_desc_ = pd.scratchpad_desc();
     const memory::desc chosen_w = pd.weights_desc();
-    primitive_ = dnnl::convolution_forward(pd);
+    if (!creating_) primitive_ = dnnl::convolution_forward(pd);  // Create keeps the weights only
     reorder_y_ = y_desc_ != user_y_desc_;
 
     // Scratch: [oneDNN scratchpad][bias in accumulator units][y in oneDNN's layout][weights]
@@ -264,7 +322,9 @@ class Int8ConvKernel : public DnnlKernel {
     if (reorder_y_) offset += Align64(y_desc_.get_size());
     flipped_x_offset_ = offset;
     if (flip_sign_) offset += Align64(x.shape.num_elements());
-    KILN_RETURN_IF_ERROR(w_.Prepare(ctx, node_, w, chosen_w, &offset));
+    KILN_RETURN_IF_ERROR(
+        w_.Prepare(ctx, node_, w, chosen_w, &offset, created ? &created->w_ : nullptr));
+    if (creating_) return absl::OkStatus();
     if (reorder_y_) {
       y_reorder_ =
           dnnl::reorder(dnnl::reorder::primitive_desc(engine, y_desc_, engine, user_y_desc_));
@@ -391,6 +451,7 @@ class Int8ConvKernel : public DnnlKernel {
   bool reorder_y_ = false;
   size_t bias_offset_ = 0, y_offset_ = 0, flipped_x_offset_ = 0;
   bool flip_sign_ = false;  // int8 X read as uint8 with zero point + 128 (no VNNI)
+  bool creating_ = false;   // ReshapeImpl runs for Create: pack the weights, make no primitive
   PrimitiveWeights w_;
   dnnl::primitive primitive_;
   dnnl::reorder y_reorder_, residual_reorder_;

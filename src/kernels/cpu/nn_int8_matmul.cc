@@ -474,7 +474,50 @@ class Int8MatMulKernel : public DnnlKernel {
     return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", args...));
   }
 
+  // Once per node per model: the attributes, then the weights packed (split in halves first
+  // where the ISA needs it) into the layout oneDNN picks for the rows the graph records (1
+  // where it leaves them open), shared by the plans whose primitive picks the same.
+  absl::Status CreateImpl(CreateContext& ctx) override {
+    const std::string out_type = node_.GetString("out_type", "int32");
+    if (out_type != "int32" && out_type != "uint8" && out_type != "int8") {
+      return Error("out_type must be int32, uint8 or int8");
+    }
+    if (out_type == "int32" && node_.GetInt("relu", 0) != 0) {
+      return Error("relu needs an 8-bit out_type");
+    }
+    if (out_type != "int32") {
+      const int64_t y_zero = node_.GetInt("y_zero_point", 0);
+      const int64_t lo = out_type == "uint8" ? 0 : -128;
+      if (y_zero < lo || y_zero > lo + 255) return Error("y_zero_point out of range");
+    }
+    if (ctx.inputs.size() < 4 || ctx.inputs[0].shape.rank() < 1) return absl::OkStatus();
+    Shape a_shape = ctx.inputs[0].shape;
+    for (int i = 0; i < a_shape.rank(); ++i) {
+      if (a_shape.dim(i) < 0) a_shape.set_dim(i, 1);
+    }
+    ReshapeContext model_shape;
+    model_shape.node = ctx.node;
+    model_shape.inputs = ctx.inputs;
+    model_shape.inputs[0].shape = a_shape;
+    model_shape.packed_constants = ctx.packed_constants;
+    creating_ = true;
+    absl::Status packed;
+    try {
+      packed = ReshapeImpl(model_shape);
+    } catch (const dnnl::error&) {
+      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
+    }
+    creating_ = false;
+    // Not a shape the plans will have: Reshape reports it, or packs for the plan's shape.
+    if (!packed.ok()) packed_w_.reset();
+    return absl::OkStatus();
+  }
+
   absl::Status ReshapeImpl(ReshapeContext& ctx) override {
+    // What Create packed, read before this object changes (`created` may be this object).
+    const Int8MatMulKernel* created = static_cast<const Int8MatMulKernel*>(ctx.created);
+    std::shared_ptr<const dnnl::memory> created_w = created ? created->packed_w_ : nullptr;
+    const bool created_split = created ? created->split_ : false;
     out_type_ = ir::Int8TypeFromName(node_.GetString("out_type", "int32"));
     if (node_.GetString("out_type", "int32") == "int32") out_type_ = DType::kInt32;
     if (out_type_ != DType::kInt32 && out_type_ != DType::kUInt8 && out_type_ != DType::kInt8) {
@@ -555,7 +598,9 @@ class Int8MatMulKernel : public DnnlKernel {
                          acc_desc_);
     dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
     const ir::Node& cache_node = ctx.node ? *ctx.node : node_;
-    if (split_) {
+    if (created_w && created_split == split_ && created_w->get_desc() == pd.weights_desc()) {
+      packed_w_ = std::move(created_w);
+    } else if (split_) {
       std::vector<int8_t> halves(static_cast<size_t>(k_ * cols_));
       for (int64_t i = 0; i < k_; ++i) {
         for (int64_t j = 0; j < n_; ++j) {
@@ -571,6 +616,7 @@ class Int8MatMulKernel : public DnnlKernel {
       KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc,
                                                     wq, pd.weights_desc()));
     }
+    if (creating_) return absl::OkStatus();  // Create keeps only the packed weights
     primitive_ = dnnl::matmul(pd);
     scratch_desc_ = pd.scratchpad_desc();
     // Scratch: oneDNN's | A as u8 (int8 A only) | the int32 products.
@@ -675,6 +721,7 @@ class Int8MatMulKernel : public DnnlKernel {
   int64_t k_ = 0, n_ = 0, rows_ = 0, cols_ = 0, y_zero_ = 0, macs_ = 0;
   int a_zero_index_ = -1, bias_index_ = -1;
   bool relu_ = false, flip_a_ = false, split_ = false;
+  bool creating_ = false;  // ReshapeImpl runs for Create: pack the weights, make no primitive
   std::vector<float> out_scales_;
   memory::desc src_desc_, acc_desc_, scratch_desc_;
   std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans

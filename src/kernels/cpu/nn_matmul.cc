@@ -38,6 +38,9 @@ class MatMulKernel : public OpKernel {
  public:
   MatMulKernel(const ir::Node& node, Flavor flavor) : node_(node), flavor_(flavor) {}
 
+  absl::Status Create(CreateContext& ctx) override {
+    return CatchDnnl(node_, [&] { return CreateImpl(ctx); });
+  }
   absl::Status Reshape(ReshapeContext& ctx) override {
     return CatchDnnl(node_, [&] { return ReshapeImpl(ctx); });
   }
@@ -48,8 +51,69 @@ class MatMulKernel : public OpKernel {
  private:
   bool is_gemm() const { return flavor_ == Flavor::kGemm || flavor_ == Flavor::kFusedGemm; }
 
-  absl::Status ReshapeImpl(ReshapeContext& ctx) {
+  // Once per node per model: checks the attributes, and packs constant 2-D weights into the
+  // layout oneDNN's matmul picks for the rows the graph records (1 where it leaves the batch
+  // open). Only brgemm (AVX-512) packs: its layout follows K, N and the ISA, not the rows, so
+  // every plan's Reshape finds them here. The AVX2 backends' choice is timed per shape at
+  // Reshape (gemm_backend.h), with their own packing kept in the model's cache.
+  absl::Status CreateImpl(CreateContext& ctx) {
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    dnnl::post_ops ops;
+    KILN_RETURN_IF_ERROR(AppendPostOps(node_, post_ops_, ops).status());
+    for (const char* name : {"transA", "transB"}) {
+      const int64_t v = node_.GetInt(name, 0);
+      if (v != 0 && v != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": ", name, " must be 0 or 1, got ", v));
+      }
+    }
+    if (ctx.inputs.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs inputs A and B"));
+    }
+    const InputInfo& a = ctx.inputs[0];
+    const InputInfo& b = ctx.inputs[1];
+    if (b.constant == nullptr || b.dtype != DType::kFloat32 || b.shape.rank() != 2 ||
+        a.shape.rank() < 1) {
+      return absl::OkStatus();  // nothing to pack, or no shape to choose the layout for
+    }
+    Shape a_shape = a.shape;
+    for (int i = 0; i < a_shape.rank(); ++i) {
+      if (a_shape.dim(i) < 0) a_shape.set_dim(i, 1);
+    }
+    ReshapeContext model_shape;
+    model_shape.node = ctx.node;
+    model_shape.inputs = ctx.inputs;
+    model_shape.inputs[0].shape = a_shape;
+    model_shape.packed_constants = ctx.packed_constants;
+    creating_ = true;
+    absl::Status packed;
+    try {
+      packed = ReshapeImpl(model_shape);
+    } catch (const dnnl::error&) {
+      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
+    }
+    creating_ = false;
+    // A shape no plan will have (the graph's types disagree with B): nothing packed here;
+    // Reshape reports it, or packs for the plan's shape.
+    if (!packed.ok()) packed_b_.reset();
+    return absl::OkStatus();
+  }
+
+  absl::Status ReshapeImpl(ReshapeContext& ctx) {
+    const MatMulKernel* created = static_cast<const MatMulKernel*>(ctx.created);
+    if (created != nullptr && created != this) {
+      post_ops_ = created->post_ops_;  // read and checked by Create
+    } else if (created == nullptr) {
+      KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    }
+    // What Create packed, read before this object changes (`created` may be this object).
+    std::shared_ptr<const dnnl::memory> created_b;
+    memory::desc created_b_desc, created_user_b_desc;
+    if (created != nullptr && created->packed_b_) {
+      created_b = created->packed_b_;
+      created_b_desc = created->b_desc_;
+      created_user_b_desc = created->user_b_desc_;
+    }
     const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(), [](const PostOp& p) {
       return p.kind == ir::kResidualPostOp;
     });
@@ -140,7 +204,8 @@ class MatMulKernel : public OpKernel {
             absl::StrCat(node_.Describe(), ": bias must be [", n, "]; got ", c.ToString()));
       }
     }
-    if (residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out) {
+    // (Create's rows stand for any batch: the residual's graph shape may leave it open.)
+    if (!creating_ && residual_index_ >= 0 && ctx.inputs[residual_index_].shape != out) {
       return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": residual ",
                                                      ctx.inputs[residual_index_].shape.ToString(),
                                                      " must match output ", out.ToString()));
@@ -230,13 +295,18 @@ class MatMulKernel : public OpKernel {
       scratch_bytes = Align64(scratch_desc_.get_size());
       b_desc_ = pd.weights_desc();
       packed_b_.reset();
-      if (b_constant && b_desc_ != user_b_desc_) {
+      if (b_constant && b_desc_ != user_b_desc_ && created_b && created_b_desc == b_desc_ &&
+          created_user_b_desc == user_b_desc_) {
+        packed_b_ = std::move(created_b);
+      } else if (b_constant && b_desc_ != user_b_desc_) {
+        // Another layout than Create's (or no Create): packed once per model and layout.
         KILN_ASSIGN_OR_RETURN(
             packed_b_, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_,
                                     user_b_desc_, ctx.inputs[1].constant->raw_data(), b_desc_));
       } else {
         b_desc_ = user_b_desc_;
       }
+      if (creating_) return absl::OkStatus();  // Create keeps only the packed weights
       primitive_ = dnnl::matmul(pd);
       backend_ = GemmBackend::kOneDnn;
       packed_gemm_b_.reset();
@@ -418,6 +488,7 @@ class MatMulKernel : public OpKernel {
 
   ir::Node node_;
   Flavor flavor_;
+  bool creating_ = false;  // ReshapeImpl runs for Create: pack the weights, make no primitive
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool trans_a_ = false, trans_b_ = false, batched_ = false, use_loop_ = false;

@@ -1,0 +1,151 @@
+// The kernel lifecycle across plans (kernel.h: Create -> Reshape -> Compute): the plans of one
+// model, compiled for several batch sizes, Create each node's kernel once and pack each
+// constant weight once, and compute what plans that create and pack for themselves compute.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+
+#include "kiln/exec/created_kernels.h"
+#include "kiln/exec/plan.h"
+#include "kiln/exec/plan_cache.h"
+
+namespace kiln::exec {
+namespace {
+
+using ::testing::HasSubstr;
+
+Tensor RandomFloats(Shape shape, uint32_t seed) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  float* v = t.data<float>();
+  for (int64_t i = 0; i < t.num_elements(); ++i) v[i] = dist(rng);
+  return t;
+}
+
+ir::ValueId Op(ir::Graph& g, const std::string& op, std::vector<ir::ValueId> inputs,
+               std::map<std::string, ir::Attribute> attrs, const std::string& name,
+               std::vector<int64_t> dims) {
+  const ir::NodeId n = g.AddNode(op, std::move(inputs), 1, std::move(attrs), name, "");
+  const ir::ValueId out = g.node(n).outputs[0];
+  g.value(out).type = ir::TensorType::Of(DType::kFloat32, dims);  // -1: the open batch
+  return out;
+}
+
+// x[N, 8, 10, 10] -> Conv 3x3 (16 channels, bias) -> Relu -> Flatten -> MatMul [1024, 6]
+// -> Add bias: the shapes a model exported with an open batch dimension records. The product
+// stays under gemm_backend.h's smallest timed size at batch 32, so the MatMul runs on oneDNN on
+// every ISA (the AVX2 backend choice is per shape, and a backend that wins only at one batch
+// size packs for it then).
+std::shared_ptr<const ir::Graph> ConvMatMulModel(
+    std::map<std::string, ir::Attribute> conv_attrs = {}) {
+  ir::Graph g;
+  const ir::ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {-1, 8, 10, 10}));
+  g.inputs.push_back(x);
+  const ir::ValueId w = g.AddConstant("w", RandomFloats(Shape{16, 8, 3, 3}, 1));
+  const ir::ValueId b = g.AddConstant("b", RandomFloats(Shape{16}, 2));
+  const ir::ValueId fc_w = g.AddConstant("fc_w", RandomFloats(Shape{16 * 8 * 8, 6}, 3));
+  const ir::ValueId fc_b = g.AddConstant("fc_b", RandomFloats(Shape{6}, 4));
+  conv_attrs.emplace("kernel_shape", std::vector<int64_t>{3, 3});
+  const ir::ValueId conv = Op(g, "Conv", {x, w, b}, conv_attrs, "conv1", {-1, 16, 8, 8});
+  const ir::ValueId relu = Op(g, "Relu", {conv}, {}, "relu1", {-1, 16, 8, 8});
+  const ir::ValueId flat =
+      Op(g, "Flatten", {relu}, {{"axis", int64_t{1}}}, "flatten", {-1, 16 * 8 * 8});
+  const ir::ValueId fc = Op(g, "MatMul", {flat, fc_w}, {}, "fc", {-1, 6});
+  g.outputs = {Op(g, "Add", {fc, fc_b}, {}, "fc_bias", {-1, 6})};
+  return std::make_shared<const ir::Graph>(std::move(g));
+}
+
+// Inputs with NaN and infinities among the values: they must come out where the plan that
+// packed for itself puts them.
+Tensor Input(int64_t batch) {
+  Tensor x = RandomFloats(Shape{batch, 8, 10, 10}, 10 + static_cast<uint32_t>(batch));
+  float* v = x.data<float>();
+  v[5] = std::numeric_limits<float>::quiet_NaN();
+  v[x.num_elements() / 2] = std::numeric_limits<float>::infinity();
+  v[x.num_elements() - 7] = -std::numeric_limits<float>::infinity();
+  return x;
+}
+
+TEST(KernelLifecycleTest, PlansOfEveryBatchSizeShareOneCreatedKernelPerNode) {
+  auto graph = ConvMatMulModel();
+  PlanCache cache(graph, CompileOptions{}, 8);
+  const int nodes = graph->num_nodes();
+  size_t packed_bytes = 0, packed_entries = 0;
+  for (int64_t batch : {1, 4, 32}) {
+    auto plan = cache.Get({Shape{batch, 8, 10, 10}});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // The first plan creates every node; the next batch sizes create nothing.
+    EXPECT_EQ((*plan)->stats().kernels_created, batch == 1 ? nodes : 0) << "batch " << batch;
+    if (batch == 1) {
+      packed_bytes = cache.packed_constants().bytes();
+      packed_entries = cache.packed_constants().entries();
+    }
+    // Each weight packed once: no new packed bytes, and no plan asked the store for the
+    // weights (Reshape takes the created kernel's without a lookup).
+    EXPECT_EQ(cache.packed_constants().bytes(), packed_bytes) << "batch " << batch;
+    EXPECT_EQ(cache.packed_constants().hits(), 0u) << "batch " << batch;
+
+    // What a plan that creates and packs for itself computes (a store of its own).
+    auto own = CompiledPlan::Compile(graph, {Shape{batch, 8, 10, 10}});
+    ASSERT_TRUE(own.ok()) << own.status();
+    const Tensor x = Input(batch);
+    std::vector<Tensor> shared_out, own_out;
+    ASSERT_TRUE((*plan)->Run({x}, &shared_out).ok());
+    ASSERT_TRUE((*own)->Run({x}, &own_out).ok());
+    ASSERT_EQ(shared_out[0].shape(), (Shape{batch, 6}));
+    EXPECT_TRUE(TensorsEqual(shared_out[0], own_out[0])) << "batch " << batch;
+    // The NaN and infinities reach the output (no finite value hides them).
+    int non_finite = 0;
+    for (int64_t i = 0; i < shared_out[0].num_elements(); ++i) {
+      non_finite += std::isfinite(shared_out[0].data<float>()[i]) ? 0 : 1;
+    }
+    EXPECT_GT(non_finite, 0);
+  }
+  EXPECT_EQ(cache.created_kernels().creates(), nodes);
+  EXPECT_EQ(cache.created_kernels().size(), static_cast<size_t>(nodes));
+  // The conv's weights are in a blocked layout on every ISA oneDNN runs on: packed, once (and
+  // MatMul's where oneDNN packs them, brgemm).
+  EXPECT_GT(packed_bytes, 0u);
+  EXPECT_GE(packed_entries, 1u);
+}
+
+TEST(KernelLifecycleTest, InvalidAttributeFailsAtCreateNamingTheNode) {
+  auto graph = ConvMatMulModel({{"strides", std::vector<int64_t>{0, 1}}});
+  auto plan = CompiledPlan::Compile(graph, {Shape{2, 8, 10, 10}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("creating"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("conv1"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("strides must be positive"));
+
+  // Create alone rejects it: no shapes are needed to see it.
+  const ir::Node* conv = nullptr;
+  for (const ir::Node& n : graph->nodes()) conv = n.op == "Conv" ? &n : conv;
+  ASSERT_NE(conv, nullptr);
+  CreatedKernels store;
+  auto created = store.GetOrCreate(graph, *conv, [&] {
+    kernels::CreateContext ctx;
+    ctx.node = conv;
+    ctx.inputs.resize(conv->inputs.size());
+    return ctx;
+  });
+  ASSERT_FALSE(created.ok());
+  EXPECT_THAT(created.status().message(), HasSubstr("conv1"));
+  EXPECT_EQ(store.creates(), 0);
+}
+
+TEST(KernelLifecycleTest, UnknownAutoPadFailsAtCreate) {
+  auto graph = ConvMatMulModel({{"auto_pad", std::string("SOMETIMES")}});
+  auto plan = CompiledPlan::Compile(graph, {Shape{1, 8, 10, 10}});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("creating"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("auto_pad"));
+}
+
+}  // namespace
+}  // namespace kiln::exec
