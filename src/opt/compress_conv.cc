@@ -107,6 +107,10 @@ class Int8ConvRewriter {
     const Tensor& weights = *g_.value(w).constant;
     if (weights.dtype() != DType::kFloat32 || weights.rank() != 4) return false;
     if (!IsRank4Float(g_, x) || Range(x) == nullptr || Range(y) == nullptr) return false;
+    // A conv the model quantized itself (QDQ: DequantizeLinear before, QuantizeLinear after)
+    // that fuse_qdq left (weights it cannot take) keeps the model's own scales: calibrated
+    // ones would quantize its input a second time, on another grid.
+    if (ProducedBy(x, "DequantizeLinear") || ReadBy(y, "QuantizeLinear")) return false;
     if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue && n.inputs[2] != ResidualOf(n)) {
       const ir::TensorType& b = g_.value(n.inputs[2]).type;
       if (b.dtype != DType::kFloat32 && b.dtype != DType::kInvalid) return false;
@@ -126,6 +130,17 @@ class Int8ConvRewriter {
       }
     }
     return true;
+  }
+
+  bool ProducedBy(ValueId v, const char* op) const {
+    const NodeId p = g_.value(v).producer;
+    return p != ir::kNoNode && g_.node(p).domain.empty() && g_.node(p).op == op;
+  }
+  bool ReadBy(ValueId v, const char* op) const {
+    for (NodeId c : consumers_[v]) {
+      if (g_.node(c).domain.empty() && g_.node(c).op == op) return true;
+    }
+    return false;
   }
 
   static ValueId ResidualOf(const Node& n) {

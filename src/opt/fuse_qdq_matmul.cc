@@ -7,7 +7,9 @@
 //                                  -> Cast -> Mul (the Cast and Mul stay: they are exact there)
 //   QDQ (quantize_static, QDQ):    DequantizeLinear(x) -> MatMul(., DequantizeLinear(w)) or
 //                                  Gemm(., DequantizeLinear(w), [DequantizeLinear(int32 bias)])
-//                                  -> [Relu] -> QuantizeLinear(y_scale, y_zp)
+//                                  -> [Add(float bias)] -> [Relu] -> QuantizeLinear(y_scale, y_zp)
+//                                  (the Add: onnxruntime's QDQ form for transformers, the bias
+//                                  a float constant or DequantizeLinear of one)
 //
 // with a constant 8-bit weight matrix B [K, N] (Gemm's transB applied here) and constant
 // scales and zero points: per tensor for A and Y, per tensor or per column for B, any zero
@@ -18,7 +20,11 @@
 // int32 sum is exact and the requantization is the reference's float expression, its scale
 // computed here as the reference computes it). The QDQ form's reference is a float MatMul
 // between DequantizeLinear and QuantizeLinear whose summation order is the float kernel's;
-// the exact int32 sum may land on the other side of a rounding tie: at most one step.
+// the exact int32 sum may land on the other side of a rounding tie: at most one step. A float
+// bias Add is folded into the int32 bias rounded to accumulator units, which moves the scaled
+// sum by at most out_scale / 2 steps: done only where out_scale <= 1, so still within one step.
+// MatMul -> Q -> DQ -> Add(bias) -> Q (the Add quantized as well) rewrites the MatMul -> Q and
+// keeps the Add: folding it in would skip the middle Q's rounding and saturation.
 //
 // Without VNNI, the kernel keeps oneDNN's int16 pair sums from saturating by splitting weights
 // beyond 7 bits into two 7-bit halves (exact, twice the multiply-adds); the log says which.
@@ -296,6 +302,21 @@ class QdqMatMulFuser {
       v = p->inputs[0];
       p = view_.Producer(v);
     }
+    // A float bias added after the product (onnxruntime's QDQ form for transformers:
+    // MatMul -> Add(bias) -> Q), as a constant or DequantizeLinear(constant).
+    std::optional<std::vector<float>> add_bias;
+    if (Is(p, "Add") && view_.IsPrivate(v) && p->inputs.size() == 2 && p->outputs.size() == 1) {
+      for (int side = 0; side < 2 && !add_bias; ++side) {
+        const Node* product = view_.Producer(p->inputs[side]);
+        if (!Is(product, "MatMul") && !Is(product, "Gemm")) continue;
+        add_bias = FloatBias(p->inputs[1 - side]);
+        if (add_bias) {
+          replaced.push_back(IdOf(g_, p));
+          v = p->inputs[side];
+          p = product;
+        }
+      }
+    }
     if (!view_.IsPrivate(v) || p == nullptr || p->outputs.size() != 1) return;
     const bool gemm = Is(p, "Gemm");
     if ((!gemm && !Is(p, "MatMul")) || KeptFp32(*p)) return;
@@ -352,6 +373,19 @@ class QdqMatMulFuser {
       }
       bias = db->inputs[0];
     }
+    if (add_bias) {
+      const std::vector<float> ws_per_col = [&] {
+        std::vector<float> s(n_cols);
+        for (int64_t j = 0; j < n_cols; ++j) s[j] = (*w_scale)[w_scale->size() == 1 ? 0 : j];
+        return s;
+      }();
+      const Tensor* c_int = bias == kNoValue ? nullptr : view_.Constant(bias);
+      const int64_t k = w->q.dim(0);
+      std::optional<Tensor> merged =
+          MergeFloatBias(*add_bias, (*x_scale)[0], ws_per_col, (*y_scale)[0], c_int, k);
+      if (!merged) return;
+      bias = g_.AddConstant(g_.UniqueName(LayerName(*p) + "/bias"), *merged);
+    }
     replaced.push_back(IdOf(g_, p));
     const Node matmul = *p;
     const OutputZero zero = OutputZeroOf(view_.Constant(y_zero_id));
@@ -362,8 +396,71 @@ class QdqMatMulFuser {
     for (NodeId r : replaced) g_.node(r).removed = true;
     Replace(q_id, std::move(out));
     view_.Refresh();
-    ctx_.Note(absl::StrCat("QDQ ", gemm ? "Gemm" : "MatMul", relu ? "+Relu" : "", " '", name,
-                           "' -> kiln Int8MatMul (", WeightNote(*w, &*w_scale), ")"));
+    ctx_.Note(absl::StrCat(
+        "QDQ ", gemm ? "Gemm" : "MatMul", add_bias ? "+Add(float bias)" : "", relu ? "+Relu" : "",
+        " '", name, "' -> kiln Int8MatMul (", WeightNote(*w, &*w_scale),
+        add_bias ? ", float bias rounded to accumulator units: within one step" : "", ")"));
+  }
+
+  // The float values of a constant bias `v` of rank <= 1 (a float constant, or
+  // DequantizeLinear of a constant computed as the reference does: float(q - zero) * scale),
+  // all finite; nullopt otherwise. Its length is checked against N by the caller.
+  std::optional<std::vector<float>> FloatBias(ValueId v) {
+    if (const Tensor* t = view_.Constant(v)) {
+      if (t->dtype() != DType::kFloat32 || t->rank() > 1) return std::nullopt;
+      std::vector<float> b(t->data<float>(), t->data<float>() + t->num_elements());
+      for (float x : b) {
+        if (!std::isfinite(x)) return std::nullopt;
+      }
+      return b;
+    }
+    const Node* dq = Dequantize(v);
+    if (dq == nullptr) return std::nullopt;
+    const Tensor* q = view_.Constant(dq->inputs[0]);
+    const Tensor* scale = view_.Constant(Input(*dq, 1));
+    const Tensor* zero = Input(*dq, 2) == kNoValue ? nullptr : view_.Constant(Input(*dq, 2));
+    if (q == nullptr || q->rank() > 1 || (!Is8Bit(q->dtype()) && q->dtype() != DType::kInt32) ||
+        scale == nullptr || scale->dtype() != DType::kFloat32 ||
+        (Input(*dq, 2) != kNoValue && (zero == nullptr || zero->dtype() != q->dtype()))) {
+      return std::nullopt;
+    }
+    const int64_t n = q->num_elements();
+    auto at = [n](const Tensor& t, int64_t i) { return t.num_elements() == 1 ? 0 : i; };
+    if ((scale->num_elements() != 1 && scale->num_elements() != n) ||
+        (zero != nullptr && zero->num_elements() != 1 && zero->num_elements() != n)) {
+      return std::nullopt;
+    }
+    std::vector<float> b(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t z = zero == nullptr ? 0 : IntAt(*zero, at(*zero, i));
+      b[i] = static_cast<float>(IntAt(*q, i) - z) * scale->data<float>()[at(*scale, i)];
+      if (!std::isfinite(b[i])) return std::nullopt;
+    }
+    return b;
+  }
+
+  // The float bias in accumulator units (x_scale * w_scale[j]), rounded to the nearest
+  // integer and added to the int32 bias `c` (or zero), as Int8MatMul's bias input. Rounding
+  // moves the sum by at most half a unit, out_scale / 2 output steps: with out_scale <= 1 the
+  // quantized result stays within one step of the float reference (the bound the QDQ form
+  // already has). Nullopt where that does not hold, or the int32 sum could overflow where the
+  // float reference does not (|bias| + K * 255 * 255 must fit int32).
+  static std::optional<Tensor> MergeFloatBias(const std::vector<float>& add, float x_scale,
+                                              const std::vector<float>& w_scales, float y_scale,
+                                              const Tensor* c, int64_t k) {
+    const int64_t n = static_cast<int64_t>(w_scales.size());
+    if (static_cast<int64_t>(add.size()) != n && add.size() != 1) return std::nullopt;
+    Tensor out(DType::kInt32, Shape{n});
+    const double limit = 2147483647.0 - static_cast<double>(k) * 255.0 * 255.0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double unit = static_cast<double>(x_scale) * w_scales[j];
+      if (!(x_scale * w_scales[j] / y_scale <= 1.0f)) return std::nullopt;
+      const double b = std::nearbyint(add[add.size() == 1 ? 0 : j] / unit) +
+                       (c == nullptr ? 0.0 : static_cast<double>(c->data<int32_t>()[j]));
+      if (!(std::fabs(b) <= limit)) return std::nullopt;
+      out.data<int32_t>()[j] = static_cast<int32_t>(b);
+    }
+    return out;
   }
 
   Graph& g_;

@@ -9,8 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "kiln/core/status.h"
+#include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
 #include "kiln/ir/int8_ops.h"
 #include "kiln/kernels/conv_layout.h"
@@ -226,6 +229,79 @@ TEST_F(CompressConvTest, NothingChangesWithoutRangesOrWhenDisabled) {
   auto b = OptimizeWith(source_, &compression_);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(Count(*b->graph, ir::kInt8ConvOp), 0);
+}
+
+// A QDQ conv that fuse_qdq leaves (uint8 weights with a zero point of 5: Int8Conv takes int8
+// weights with zero point 0) keeps the model's own quantization: calibration ranges exist for
+// every value around it, but quantizing its DequantizeLinear output again on calibrated scales
+// would be a second rounding on another grid. Nothing int8 of Kiln's own appears, and the
+// result is the uncompressed graph's.
+TEST(CompressConvQdqTest, QdqConvIsNotRecalibrated) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {-1, 4, 8, 8}));
+  g.inputs = {x};
+  auto scalar = [&](const std::string& name, auto v) {
+    return g.AddConstant(name, Tensor::FromVector<decltype(v)>({v}, Shape{}));
+  };
+  const ValueId xs = scalar("xs", 0.02f), xz = scalar("xz", uint8_t{128});
+  const ValueId xd =
+      Op(g, "DequantizeLinear", {Op(g, "QuantizeLinear", {x, xs, xz}, "xq"), xs, xz}, "xd");
+  Tensor wq(DType::kUInt8, Shape{6, 4, 3, 3});
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < wq.num_elements(); ++i) wq.data<uint8_t>()[i] = rng() % 256;
+  const ValueId wd =
+      Op(g, "DequantizeLinear",
+         {g.AddConstant("wq", wq), scalar("ws", 0.003f), scalar("wz", uint8_t{5})}, "wd");
+  const ValueId c = Op(g, "Conv", {xd, wd}, "conv", {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  const ValueId ys = scalar("ys", 0.05f), yz = scalar("yz", uint8_t{128});
+  g.outputs = {
+      Op(g, "DequantizeLinear", {Op(g, "QuantizeLinear", {c, ys, yz}, "yq"), ys, yz}, "y")};
+
+  // The types an exported model declares (value_info): the conv's input and output are float
+  // [N, C, H, W], which the static pass requires.
+  for (const char* name : {"xd", "conv", "y"}) {
+    for (ValueId v = 0; v < g.num_values(); ++v) {
+      if (g.value(v).name == name) {
+        g.value(v).type =
+            TensorType::Of(DType::kFloat32, {-1, name == std::string("xd") ? 4 : 6, 8, 8});
+      }
+    }
+  }
+  // As the runtime optimizes (model.cc): shapes known, constants folded by the kernels, so
+  // that DequantizeLinear(w) becomes the float weights the static pass looks for.
+  const exec::KernelEvaluator evaluator;
+  auto optimize = [&](const CompressionOptions* compression) -> absl::StatusOr<Optimized> {
+    Optimized out;
+    out.graph = std::make_shared<Graph>(g);
+    KILN_RETURN_IF_ERROR(ir::InferShapes(*out.graph));
+    PassOptions options;
+    options.compression = compression;
+    options.evaluator = &evaluator;
+    options.conv_activation_layout = kernels::PreferredConvActivationLayout();
+    KILN_RETURN_IF_ERROR(Optimize(*out.graph, options, &out.log));
+    KILN_RETURN_IF_ERROR(ir::InferShapes(*out.graph));
+    return out;
+  };
+  auto fp32 = optimize(nullptr);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  std::vector<std::map<std::string, Tensor>> examples;
+  for (uint32_t i = 0; i < 4; ++i) examples.push_back({{"x", Random({2, 4, 8, 8}, 40 + i, -2, 2)}});
+  auto ranges = runtime::CollectActivationRanges(*fp32->graph, examples);
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  ASSERT_TRUE(ranges->contains("xd")) << "the conv's input must be calibrated for this test";
+  CompressionOptions compression;
+  compression.activation_ranges = *ranges;
+  compression.vnni = true;
+  auto int8 = optimize(&compression);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_EQ(Count(*int8->graph, ir::kInt8ConvOp), 0) << int8->graph->ToString();
+  EXPECT_EQ(Count(*int8->graph, ir::kInt8QuantizeOp), 0) << int8->graph->ToString();
+  const Tensor in = Random({2, 4, 8, 8}, 50, -2, 2);
+  auto want = RunGraph(fp32->graph, in);
+  auto got = RunGraph(int8->graph, in);
+  ASSERT_TRUE(want.ok() && got.ok());
+  ASSERT_EQ(got->shape(), want->shape());
+  EXPECT_EQ(0, std::memcmp(got->raw_data(), want->raw_data(), want->byte_size()));
 }
 
 }  // namespace

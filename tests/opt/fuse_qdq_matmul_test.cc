@@ -53,7 +53,18 @@ Tensor ColumnScales(int64_t n, float base) {
 struct Result {
   std::vector<Tensor> outputs;
   Graph graph;
+  OptimizationLog log;
 };
+
+// fuse_qdq_matmul's log lines that contain `what`.
+int Notes(const OptimizationLog& log, const std::string& what) {
+  int n = 0;
+  for (const OptimizationLogEntry& e : log.entries) {
+    if (e.pass != "fuse_qdq_matmul") continue;
+    for (const std::string& c : e.changes) n += c.find(what) != std::string::npos;
+  }
+  return n;
+}
 
 // Optimized with compression (the pass runs) or without (the reference kernels), then run.
 Result OptimizeAndRun(const Graph& source, bool compress, const std::vector<Tensor>& inputs) {
@@ -67,6 +78,7 @@ Result OptimizeAndRun(const Graph& source, bool compress, const std::vector<Tens
   absl::Status s = Optimize(*g, options, &log);
   EXPECT_TRUE(s.ok()) << s;
   r.graph = *g;
+  r.log = log;
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
   auto plan = exec::CompiledPlan::Compile(g, shapes);
@@ -292,6 +304,124 @@ TEST(FuseQdqMatMulTest, QdqMatMulReluAndGemmWithinOneStep) {
       EXPECT_LE(d2, 3);
       EXPECT_GT(exact2, 0.9);
     }
+  }
+}
+
+// onnxruntime's QDQ form for transformers: DQ(x) [batch, seq, K], DQ(W) -> MatMul ->
+// Add(float bias) -> [Relu] -> Q. The bias is a float constant (or DequantizeLinear of an int8
+// constant, `dq_bias`), on either side of the Add. `y_scale` sets out_scale = xs * ws / ys.
+Graph QdqFloatBiasGraph(int64_t k, int64_t n, int w_max, bool dq_bias, bool bias_first, bool relu,
+                        float y_scale) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {-1, 4, k}));
+  g.inputs = {x};
+  const ValueId xs = F(g, "xs", 0.02f), xz = Z<uint8_t>(g, "xz", 128);
+  const ValueId xq = Node1(g, "QuantizeLinear", {x, xs, xz}, "xq");
+  const ValueId xd = Node1(g, "DequantizeLinear", {xq, xs, xz}, "xd");
+  const ValueId wq = g.AddConstant("wq", RandomInts<int8_t>({k, n}, 71, -w_max, w_max));
+  const ValueId ws = g.AddConstant("ws", ColumnScales(n, 0.004f));
+  const ValueId wd = Node1(g, "DequantizeLinear", {wq, ws}, "wd", {{"axis", int64_t{1}}});
+  const ValueId mm = Node1(g, "MatMul", {xd, wd}, "matmul");
+  ValueId bias;
+  if (dq_bias) {
+    const ValueId bq = g.AddConstant("bq", RandomInts<int8_t>({n}, 72, -127, 127));
+    bias = Node1(g, "DequantizeLinear", {bq, F(g, "bs", 0.013f), Z<int8_t>(g, "bz", 3)}, "bias");
+  } else {
+    bias = g.AddConstant("bias", RandomFloats({n}, 73, -1.5f, 1.5f));
+  }
+  ValueId y =
+      Node1(g, "Add", bias_first ? std::vector<ValueId>{bias, mm} : std::vector<ValueId>{mm, bias},
+            "add");
+  if (relu) y = Node1(g, "Relu", {y}, "relu");
+  const ValueId ys = F(g, "ys", y_scale), yz = Z<uint8_t>(g, "yz", relu ? 0 : 128);
+  g.outputs = {Node1(g, "QuantizeLinear", {y, ys, yz}, "yq")};
+  return g;
+}
+
+TEST(FuseQdqMatMulTest, QdqMatMulFloatBiasAddWithinOneStep) {
+  for (int w_max : {127, 63}) {
+    for (bool dq_bias : {false, true}) {
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "weights +-" << w_max << (dq_bias ? " DQ bias" : "")
+                                        << (relu ? " relu" : ""));
+        const Graph source = QdqFloatBiasGraph(96, 48, w_max, dq_bias, dq_bias, relu, 0.05f);
+        const bool rewritten = kernels::CpuHasInt8Vnni() || w_max <= 63;
+        for (int64_t batch : {1, 8}) {
+          const Tensor x = RandomFloats({batch, 4, 96}, 80 + batch, -2.5f, 2.5f);
+          const Result got = OptimizeAndRun(source, true, {x});
+          const Result want = OptimizeAndRun(source, false, {x});
+          EXPECT_EQ(Count(got.graph, ir::kInt8MatMulOp), rewritten ? 1 : 0) << got.graph.ToString();
+          EXPECT_EQ(Notes(got.log, "+Add(float bias)"), rewritten ? 1 : 0) << got.log.ToString();
+          if (rewritten) {
+            EXPECT_EQ(Count(got.graph, "Add") + Count(got.graph, "MatMul") +
+                          Count(got.graph, "FusedMatMul") + Count(got.graph, "Relu"),
+                      0)
+                << got.graph.ToString();
+          }
+          ASSERT_EQ(got.outputs.size(), 1u);
+          ASSERT_EQ(want.outputs.size(), 1u);
+          auto [diff, exact] = Compare(got.outputs[0], want.outputs[0]);
+          EXPECT_LE(diff, 1);
+          EXPECT_GT(exact, 0.95);
+        }
+      }
+    }
+  }
+}
+
+// An output scale above 1 (x_scale * w_scale > y_scale): half an accumulator unit of bias
+// rounding could move the result by more than one step, so the Add stays float and the
+// MatMul + Add + Q is left to the reference path.
+TEST(FuseQdqMatMulTest, FloatBiasIsNotRoundedWhereOneStepIsNotGuaranteed) {
+  const Graph source = QdqFloatBiasGraph(64, 16, 63, false, false, false, 0.00005f);
+  const Tensor x = RandomFloats({2, 4, 64}, 90, -1.0f, 1.0f);
+  const Result got = OptimizeAndRun(source, true, {x});
+  EXPECT_EQ(Count(got.graph, ir::kInt8MatMulOp), 0) << got.graph.ToString();
+  EXPECT_EQ(Notes(got.log, "Int8MatMul"), 0);
+  const Result want = OptimizeAndRun(source, false, {x});
+  ExpectBitIdentical(got.outputs[0], want.outputs[0]);
+}
+
+// The other transformer pattern, DQ -> MatMul -> Q -> DQ -> Add(DQ(bias)) -> Q (Add quantized
+// too): the MatMul -> Q becomes Int8MatMul; the Add stays between its own DQ and Q, since
+// folding it into the MatMul would skip the rounding and saturation of the Q between them
+// (more than one step where that Q clips).
+TEST(FuseQdqMatMulTest, MatMulQdqAddRewritesTheMatMulAndKeepsTheAdd) {
+  Graph g;
+  const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {-1, 4, 64}));
+  g.inputs = {x};
+  const ValueId xs = F(g, "xs", 0.02f), xz = Z<uint8_t>(g, "xz", 128);
+  const ValueId xd =
+      Node1(g, "DequantizeLinear", {Node1(g, "QuantizeLinear", {x, xs, xz}, "xq"), xs, xz}, "xd");
+  const ValueId wq = g.AddConstant("wq", RandomInts<int8_t>({64, 32}, 91, -63, 63));
+  const ValueId wd = Node1(g, "DequantizeLinear", {wq, F(g, "ws", 0.004f)}, "wd");
+  const ValueId mm = Node1(g, "MatMul", {xd, wd}, "matmul");
+  const ValueId ms = F(g, "ms", 0.03f), mz = Z<uint8_t>(g, "mz", 128);
+  const ValueId mq = Node1(g, "QuantizeLinear", {mm, ms, mz}, "mq");
+  const ValueId md = Node1(g, "DequantizeLinear", {mq, ms, mz}, "md");
+  const ValueId bq = g.AddConstant("bq", RandomInts<uint8_t>({32}, 92, 0, 255));
+  const ValueId bd =
+      Node1(g, "DequantizeLinear", {bq, F(g, "bs", 0.01f), Z<uint8_t>(g, "bz", 100)}, "bd");
+  const ValueId add = Node1(g, "Add", {md, bd}, "add");
+  const ValueId ys = F(g, "ys", 0.04f), yz = Z<uint8_t>(g, "yz", 128);
+  g.outputs = {mq, Node1(g, "QuantizeLinear", {add, ys, yz}, "yq")};
+  for (int64_t batch : {1, 8}) {
+    const Tensor in = RandomFloats({batch, 4, 64}, 93 + batch, -2.0f, 2.0f);
+    const Result got = OptimizeAndRun(g, true, {in});
+    const Result want = OptimizeAndRun(g, false, {in});
+    EXPECT_EQ(Count(got.graph, ir::kInt8MatMulOp), 1) << got.graph.ToString();
+    EXPECT_EQ(Notes(got.log, "QDQ MatMul 'matmul' -> kiln Int8MatMul"), 1) << got.log.ToString();
+    EXPECT_EQ(Count(got.graph, "MatMul") + Count(got.graph, "FusedMatMul"), 0);
+    ASSERT_EQ(got.outputs.size(), 2u);
+    ASSERT_EQ(want.outputs.size(), 2u);
+    auto [d1, e1] = Compare(got.outputs[0], want.outputs[0]);
+    EXPECT_LE(d1, 1);
+    EXPECT_GT(e1, 0.95);
+    // One step of the MatMul's Q moves the Add's result by at most ms / ys < 1 step, plus its
+    // own rounding.
+    auto [d2, e2] = Compare(got.outputs[1], want.outputs[1]);
+    EXPECT_LE(d2, 1);
+    EXPECT_GT(e2, 0.95);
   }
 }
 
