@@ -280,7 +280,8 @@ bool Joinable(const ir::Graph& graph, const std::map<std::string, Tensor>& first
 
 absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectActivationRanges(
     const ir::Graph& graph, absl::Span<const std::map<std::string, Tensor>> examples,
-    const CalibrationOptions& options) {
+    const CalibrationOptions& options, std::vector<std::vector<Tensor>>* graph_outputs) {
+  if (graph_outputs != nullptr) graph_outputs->clear();
   if (options.num_bins < 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration num_bins must be at least 256, is ", options.num_bins));
@@ -344,8 +345,17 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
 
   std::vector<AbsHistogram> histograms(observed_values.size(), AbsHistogram(options.num_bins));
   exec::CompileOptions compile;
-  compile.intra_op_threads = std::max(1, options.intra_op_threads);
-  compile.intra_op_openmp = compile.intra_op_threads > 1;
+  if (options.compile.has_value()) {
+    compile = *options.compile;
+    // The observed graph is another graph than the one these caches were made for.
+    compile.packed_constants = nullptr;
+    compile.created_kernels = nullptr;
+  } else {
+    compile.intra_op_threads = std::max(1, options.intra_op_threads);
+    compile.intra_op_openmp = compile.intra_op_threads > 1;
+  }
+  const size_t num_graph_outputs = graph.outputs.size();
+  bool outputs_sliceable = true;
   // Plans by input dimensions (Shape has no ordering of its own).
   std::map<std::vector<std::vector<int64_t>>, std::shared_ptr<exec::CompiledPlan>> plans;
   std::vector<Tensor> outputs;
@@ -369,6 +379,34 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
     }
     KILN_RETURN_IF_ERROR(Annotate(plan->Run(batch, &outputs),
                                   absl::StrCat("calibration examples ", begin, "..", end - 1)));
+    if (graph_outputs != nullptr && outputs_sliceable) {
+      // The graph's outputs (the first ones of `observed`) per example. A copy of the tensor
+      // handle keeps the bytes: the next run writes those outputs into fresh tensors (Run
+      // reuses only tensors nobody else holds).
+      int64_t rows = 0;
+      for (size_t e = begin; e < end; ++e) {
+        const std::vector<Tensor> one(outputs.begin(), outputs.begin() + num_graph_outputs);
+        if (end - begin == 1) {
+          graph_outputs->push_back(one);
+          continue;
+        }
+        if (graph.inputs.empty()) {
+          outputs_sliceable = false;
+          break;
+        }
+        const int64_t n = examples[e].at(graph.value(graph.inputs[0]).name).dim(0);
+        std::vector<Tensor> sliced;
+        for (const Tensor& t : one) {
+          if (t.rank() == 0 || t.dim(0) != batch[0].dim(0)) {
+            outputs_sliceable = false;
+            break;
+          }
+          sliced.push_back(t.Slice(rows, rows + n));
+        }
+        rows += n;
+        graph_outputs->push_back(std::move(sliced));
+      }
+    }
     for (size_t k = 0; k < observed_values.size(); ++k) {
       const ir::ValueId v = observed_values[k];
       const Tensor& t = input_index[v] >= 0 ? batch[input_index[v]] : outputs[output_of[v]];
@@ -378,6 +416,7 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
     begin = end;
   }
 
+  if (graph_outputs != nullptr && !outputs_sliceable) graph_outputs->clear();
   absl::flat_hash_map<std::string, opt::ActivationRange> ranges;
   for (size_t k = 0; k < observed_values.size(); ++k) {
     if (histograms[k].empty()) continue;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 
 namespace kiln::runtime {
@@ -83,6 +85,51 @@ TEST(CalibrationTest, BatchingDoesNotChangeRanges) {
     EXPECT_EQ(a->at(name).min, b->at(name).min) << name;
     EXPECT_EQ(a->at(name).max, b->at(name).max) << name;
   }
+}
+
+// The graph's own outputs come back per example, equal to a plain run of the graph on that
+// example: the accuracy guard takes them as its fp32 reference instead of a second pass.
+TEST(CalibrationTest, GraphOutputsArePerExampleRunOutputs) {
+  const Graph g = ReluAdd(16);
+  std::vector<std::map<std::string, Tensor>> examples;
+  for (uint32_t i = 0; i < 6; ++i) examples.push_back({{"x", Uniform({2, 16}, i, -1, 1)}});
+  examples.insert(examples.begin() + 2, {{"x", Uniform({3, 16}, 99, -1, 1)}});
+  auto shared = std::make_shared<Graph>(g);
+  for (int batch_size : {1, 4}) {
+    CalibrationOptions options;
+    options.batch_size = batch_size;
+    std::vector<std::vector<Tensor>> outputs;
+    auto ranges = CollectActivationRanges(g, examples, options, &outputs);
+    ASSERT_TRUE(ranges.ok()) << ranges.status();
+    ASSERT_EQ(outputs.size(), examples.size()) << "batch_size " << batch_size;
+    for (size_t e = 0; e < examples.size(); ++e) {
+      const Tensor& x = examples[e].at("x");
+      auto plan = exec::CompiledPlan::Compile(shared, {x.shape()});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      std::vector<Tensor> want;
+      ASSERT_TRUE((*plan)->Run({x}, &want).ok());
+      ASSERT_EQ(outputs[e].size(), 1u);
+      ASSERT_EQ(outputs[e][0].shape(), want[0].shape()) << "example " << e;
+      EXPECT_EQ(0, std::memcmp(outputs[e][0].raw_data(), want[0].raw_data(), want[0].byte_size()))
+          << "batch_size " << batch_size << ", example " << e;
+    }
+  }
+}
+
+// An output whose first dimension does not count rows cannot be cut per example: no outputs
+// (the caller then runs the reference itself), and the ranges are still collected.
+TEST(CalibrationTest, UnsliceableGraphOutputsAreLeftEmpty) {
+  Graph g = ReluAdd(16);
+  g.outputs = {Op(g, "ReduceSum", {g.outputs[0]}, "total", {{"keepdims", int64_t{0}}})};
+  std::vector<std::map<std::string, Tensor>> examples;
+  for (uint32_t i = 0; i < 3; ++i) examples.push_back({{"x", Uniform({2, 16}, i, -1, 1)}});
+  CalibrationOptions options;
+  options.batch_size = 4;
+  std::vector<std::vector<Tensor>> outputs = {{}};
+  auto ranges = CollectActivationRanges(g, examples, options, &outputs);
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_TRUE(outputs.empty());
+  EXPECT_TRUE(ranges->contains("s"));
 }
 
 TEST(CalibrationTest, PercentileAndEntropyClipAnOutlier) {

@@ -104,6 +104,8 @@ TEST(CompressionTest, WithinToleranceEveryLayerIsInt8AndTheReportSaysHowClose) {
   EXPECT_NE(text.find("64 examples in 4 batches"), std::string::npos) << text;
   EXPECT_NE(text.find("(tolerance 0.05)"), std::string::npos) << text;
   EXPECT_NE(text.find("2 compressed, none kept fp32"), std::string::npos) << text;
+  // The guard's fp32 reference comes from the calibration runs: one fp32 pass, not two.
+  EXPECT_NE(text.find("fp32 reference from the calibration runs"), std::string::npos) << text;
   // The outputs stay close to fp32 on other inputs of the same kind.
   auto fp32 = Load(false, {});
   const Tensor x = Random(Shape{8, 32}, 99, 0, 2);

@@ -18,12 +18,15 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kiln/core/tensor.h"
+#include "kiln/exec/plan.h"
 #include "kiln/ir/graph.h"
 #include "kiln/opt/compression.h"
 
@@ -37,14 +40,24 @@ struct CalibrationOptions {
   // Examples concatenated along dimension 0 per run (when their other dimensions agree).
   int batch_size = 8;
   int intra_op_threads = 1;
+  // The model's plan options (threads, backends), so that the graph's own outputs of these
+  // runs are what the model's plans compute; unset: `intra_op_threads` and the defaults.
+  std::optional<exec::CompileOptions> compile;
 };
 
 // Runs `graph` (fp32, already optimized; not modified) on each example (input tensors by graph
 // input name; every graph input must be present, with the same non-batch dimensions across
 // examples) and returns the calibrated range of every float value the int8 passes read or
 // write. InvalidArgument for a missing or mistyped input; errors of the run are passed on.
+//
+// `graph_outputs`, when given, receives the graph's own outputs for each example (in graph
+// output order; rows of a joined run are sliced back per example), so that a caller that also
+// needs the fp32 outputs on the same examples (the accuracy guard's reference) does not run the
+// network a second time. It is left empty when a joined run has an output whose first
+// dimension does not count the examples' rows (nothing to slice by).
 absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectActivationRanges(
     const ir::Graph& graph, absl::Span<const std::map<std::string, Tensor>> examples,
-    const CalibrationOptions& options = {});
+    const CalibrationOptions& options = {},
+    std::vector<std::vector<Tensor>>* graph_outputs = nullptr);
 
 }  // namespace kiln::runtime
