@@ -42,9 +42,10 @@ ir::ValueId Op(ir::Graph& g, const std::string& op, std::vector<ir::ValueId> inp
 // every ISA (the AVX2 backend choice is per shape, and a backend that wins only at one batch
 // size packs for it then).
 std::shared_ptr<const ir::Graph> ConvMatMulModel(
-    std::map<std::string, ir::Attribute> conv_attrs = {}) {
+    std::map<std::string, ir::Attribute> conv_attrs = {},
+    std::vector<int64_t> x_dims = {-1, 8, 10, 10}) {
   ir::Graph g;
-  const ir::ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {-1, 8, 10, 10}));
+  const ir::ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, x_dims));
   g.inputs.push_back(x);
   const ir::ValueId w = g.AddConstant("w", RandomFloats(Shape{16, 8, 3, 3}, 1));
   const ir::ValueId b = g.AddConstant("b", RandomFloats(Shape{16}, 2));
@@ -112,6 +113,31 @@ TEST(KernelLifecycleTest, PlansOfEveryBatchSizeShareOneCreatedKernelPerNode) {
   // MatMul's where oneDNN packs them, brgemm).
   EXPECT_GT(packed_bytes, 0u);
   EXPECT_GE(packed_entries, 1u);
+}
+
+// Spatial dimensions the graph leaves open: Create cannot choose the conv's weight layout, so
+// the first plan's Reshape packs it through the model's store and later plans find it there.
+TEST(KernelLifecycleTest, WeightsCreateCouldNotPackArePackedOncePerLayoutByThePlans) {
+  auto graph = ConvMatMulModel({}, {-1, 8, -1, -1});
+  PlanCache cache(graph, CompileOptions{}, 8);
+  size_t packed_bytes = 0;
+  for (int64_t batch : {1, 4}) {
+    auto plan = cache.Get({Shape{batch, 8, 10, 10}});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    if (batch == 1) packed_bytes = cache.packed_constants().bytes();
+    EXPECT_GT(packed_bytes, 0u);
+    EXPECT_EQ(cache.packed_constants().bytes(), packed_bytes) << "batch " << batch;
+    auto own = CompiledPlan::Compile(graph, {Shape{batch, 8, 10, 10}});
+    ASSERT_TRUE(own.ok()) << own.status();
+    const Tensor x = Input(batch);
+    std::vector<Tensor> shared_out, own_out;
+    ASSERT_TRUE((*plan)->Run({x}, &shared_out).ok());
+    ASSERT_TRUE((*own)->Run({x}, &own_out).ok());
+    EXPECT_TRUE(TensorsEqual(shared_out[0], own_out[0])) << "batch " << batch;
+  }
+  // The batch-4 plan asked the store for the conv's packed weights and found them.
+  EXPECT_GE(cache.packed_constants().hits(), 1u);
+  EXPECT_EQ(cache.created_kernels().creates(), graph->num_nodes());
 }
 
 TEST(KernelLifecycleTest, InvalidAttributeFailsAtCreateNamingTheNode) {
