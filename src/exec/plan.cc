@@ -24,7 +24,9 @@
 #include "kiln/exec/created_kernels.h"
 #include "kiln/exec/memory_planner.h"
 #include "kiln/exec/node_evaluator.h"
+#include "kiln/exec/thread_choice.h"
 #include "kiln/ir/op_traits.h"
+#include "kiln/kernels/openmp_threads.h"
 
 namespace kiln::exec {
 
@@ -97,6 +99,7 @@ struct CompiledPlan::Step {
   size_t scratch_offset = 0;
   int level = 0;
   int time = 0;
+  StepThreads threads;  // its intra-op threads (thread_choice.h); not for run-time reshapes
 };
 
 struct CompiledPlan::SubplanEntry {
@@ -192,6 +195,8 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::Compile(
   if (!plan->options_.intra_op_openmp) {
     plan->options_.intra_op_threads = 1;
   }
+  KILN_ASSIGN_OR_RETURN(plan->options_.thread_choice,
+                        ResolveThreadChoiceMode(options.thread_choice));
   KILN_RETURN_IF_ERROR(plan->Build(input_shapes));
   KILN_RETURN_IF_ERROR(plan->PlanArena());
   KILN_RETURN_IF_ERROR(plan->CheckPlannedMemory());
@@ -274,6 +279,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     }
   }
   KILN_ASSIGN_OR_RETURN(std::vector<ir::NodeId> order, graph.TopologicalOrder());
+  ThreadChooser chooser(options_.thread_choice, options_.intra_op_threads);
 
   for (ir::NodeId id : order) {
     const ir::Node& node = graph.node(id);
@@ -360,7 +366,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
         prepare.output_layouts.push_back(v == kNoValue ? ir::MemoryLayout::kPlain
                                                        : graph.value(v).layout);
       }
-      absl::Status status = step.kernel->Reshape(prepare);
+      absl::Status status = ReshapeOnThreads(*step.kernel, prepare);
       if (!status.ok()) {
         return Annotate(status, absl::StrCat(node.Describe(), " with inputs (",
                                              DescribeInputs(infos), ")"));
@@ -431,6 +437,15 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       continue;
     }
 
+    if (shapes_known) {
+      // May swap in a kernel reshaped for 1 thread (thread_choice.h).
+      const int reorders = prepare.activation_reorders;
+      auto threads = chooser.Choose(node, *factory, prepare, step.kernel);
+      if (!threads.ok()) return Annotate(threads.status(), node.Describe());
+      step.threads = *threads;
+      stats_.activation_reorders += prepare.activation_reorders - reorders;
+    }
+
     const int step_index = static_cast<int>(steps_.size());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       ValueId v = node.outputs[i];
@@ -476,6 +491,10 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     }
   }
   stats_.steps = static_cast<int>(steps_.size());
+  stats_.thread_choice = chooser.mode();
+  stats_.one_thread_steps = chooser.one_thread_steps();
+  stats_.thread_timed_steps = chooser.timed_steps();
+  stats_.thread_choice_ns = chooser.spent_ns();
   for (const Step& step : steps_) stats_.empty_steps += step.outputs_empty ? 1 : 0;
   return absl::OkStatus();
 }
@@ -779,7 +798,10 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
                     ? static_cast<char*>(state.arena->data()) + step.scratch_offset
                     : nullptr;
   ctx.use_openmp = options_.intra_op_openmp;
-  ctx.intra_op_threads = options_.intra_op_threads;
+  ctx.intra_op_threads =
+      step.prepare_at_run_time ? options_.intra_op_threads : step.threads.threads;
+  // The chosen count is also the OpenMP team size, which oneDNN and OpenBLAS read.
+  kernels::ScopedOpenMpThreads omp(ctx.intra_op_threads);
   ctx.node = step.node;
   ctx.memory = &state.memory;
   if (!step.prepare_at_run_time) {
@@ -907,6 +929,8 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::SubgraphPlan(
   }
   CompileOptions options = options_;
   options.inter_op_threads = 1;  // bodies run inside a step
+  // Bodies compile during a request: no timing there, on N threads as the step itself.
+  options.thread_choice = ThreadChoiceMode::kOff;
   options.input_values = input_values;
   options.input_dtypes.clear();
   std::vector<Shape> shapes;
@@ -946,6 +970,9 @@ std::string CompiledPlan::DebugString() const {
     }
     absl::StrAppend(&out, "  [", step.level, "] ", step.node->Describe(), " -> ",
                     absl::StrJoin(outs, ", "), step.prepare_at_run_time ? " (run-time shapes)" : "",
+                    options_.intra_op_threads > 1 && !step.prepare_at_run_time
+                        ? absl::StrCat(", ", step.threads.Describe())
+                        : std::string(),
                     "\n");
   }
   return out;

@@ -570,6 +570,13 @@ std::string ModelImpl::Inspect() const {
                       " outputs in place, ", st.activation_reorders,
                       " activation reorders per run, compiled in ", st.compile_ns / 1000,
                       " us\n");
+      if (threads_.intra > 1) {
+        absl::StrAppend(&out, "  threads per step (KILN_THREAD_CHOICE=",
+                        exec::ThreadChoiceModeName(st.thread_choice), "): ", st.one_thread_steps,
+                        " of ", st.steps, " steps on 1 thread, the others on ", threads_.intra,
+                        " (", st.thread_timed_steps, " steps timed, ",
+                        st.thread_choice_ns / 1000000, " ms)\n");
+      }
     } else {
       absl::StrAppend(&out, "  planned memory: no plan for inputs ",
                       absl::StrJoin(shape_text, ", "), ": ", plan.status().message(), "\n");

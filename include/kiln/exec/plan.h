@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/exec/thread_choice.h"
 #include "kiln/ir/graph.h"
 #include "kiln/kernels/kernel.h"
 
@@ -39,6 +40,8 @@ struct CompileOptions {
   // set of intra-op threads, instead of a pool whose workers would compete with oneDNN's.
   int intra_op_threads = 1;
   bool intra_op_openmp = false;
+  // Whether each step runs on intra_op_threads or on 1, timed at compile (thread_choice.h).
+  ThreadChoiceMode thread_choice = ThreadChoiceMode::kEnvironment;
   // Nodes run at once; > 1 needs `inter_op_pool`.
   int inter_op_threads = 1;
   ThreadPool* inter_op_pool = nullptr;
@@ -78,6 +81,12 @@ struct PlanStats {
   // Activation reorders kernels run per execution (a value whose layout is not the one its
   // primitive reads or writes); the conv layout pass keeps this near 0 on CNNs.
   int activation_reorders = 0;
+  // Threads per step (thread_choice.h): the mode used, the steps that run on 1 of
+  // intra_op_threads (> 1), the steps timed both ways, and the time spent timing.
+  ThreadChoiceMode thread_choice = ThreadChoiceMode::kOff;
+  int one_thread_steps = 0;
+  int thread_timed_steps = 0;
+  int64_t thread_choice_ns = 0;
 };
 
 class CompiledPlan;

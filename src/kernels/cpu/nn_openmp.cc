@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "kiln/kernels/kernel.h"
+#include "kiln/kernels/openmp_threads.h"
 
 namespace kiln::kernels {
 
@@ -31,5 +32,17 @@ void OpenMpParallelFor(int64_t n, int64_t min_chunk, int threads,
     fn(c * per_chunk, std::min(n, (c + 1) * per_chunk));
   }
 }
+
+ScopedOpenMpThreads::ScopedOpenMpThreads(int threads) {
+  if (threads < 1) return;
+  previous_ = omp_get_max_threads();
+  if (previous_ != threads) omp_set_num_threads(threads);
+}
+
+ScopedOpenMpThreads::~ScopedOpenMpThreads() {
+  if (previous_ > 0 && omp_get_max_threads() != previous_) omp_set_num_threads(previous_);
+}
+
+int OpenMpMaxThreads() { return omp_get_max_threads(); }
 
 }  // namespace kiln::kernels
