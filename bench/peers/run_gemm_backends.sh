@@ -1,7 +1,8 @@
 #!/bin/bash
 # fp32 GEMM backends (issue 9, item 5): the 1024-4096-4096-1024 MLP (100 MB of fp32 weights)
 # on Kiln with the backend chosen per ISA (gemm_backend.h), on Kiln forced to oneDNN (what
-# every MatMul ran before), on ONNX Runtime 1.30, at the CPU's ISA and capped to AVX2, with
+# every MatMul ran before), and capped to AVX2 also forced to OpenBLAS and to Kiln's packed
+# kernel (gemm_avx2_packed.h), on ONNX Runtime 1.30, at the CPU's ISA and capped to AVX2, with
 # OpenBLAS's sgemm rate (2048^3) as the machine's GEMM rate; batch-1 p50 and batch-32 items/s,
 # 2 intra-op threads, every configuration interleaved in each round.
 #
@@ -18,6 +19,7 @@ ROUNDS="${2:-2}"
 SECONDS_PER="${SECONDS_PER:-3}"
 THREADS="${THREADS:-2}"
 KILN="${KILN:-$ROOT/build/tools/kiln/kiln}"
+PACKED_BENCH="${PACKED_BENCH:-$ROOT/build/bench/kernels/kernels_gemm_packed_bench}"
 PY=/usr/bin/python3
 [ -x "$KILN" ] || { echo "missing $KILN" >&2; exit 1; }
 mkdir -p "$OUT/models"
@@ -26,6 +28,7 @@ MODEL="$OUT/models/mlp.onnx"
   2>&1 | grep -v -i warn >&2 || true
 RAW="$OUT/raw.jsonl"
 : > "$RAW"
+: > "$OUT/packed_kernel.txt"
 
 # Runs a command and tags each JSON line it prints.
 record() {
@@ -62,10 +65,18 @@ for round in $(seq 1 "$ROUNDS"); do
   record kiln_native_onednn "$round" kiln_run KILN_GEMM_BACKEND=onednn
   record kiln_avx2 "$round" kiln_run KILN_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell
   record kiln_avx2_onednn "$round" kiln_run KILN_MAX_ISA=avx2 KILN_GEMM_BACKEND=onednn
+  record kiln_avx2_openblas "$round" kiln_run KILN_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell \
+    KILN_GEMM_BACKEND=openblas
+  record kiln_avx2_packed "$round" kiln_run KILN_MAX_ISA=avx2 KILN_GEMM_BACKEND=packed
   record ort "$round" node "$ROOT/bench/peers/ort_bench.js" "$MODEL" --batch 1,32 \
     --threads "$THREADS" --seconds "$SECONDS_PER"
   record sgemm_native "$round" sgemm_rate
   record sgemm_haswell "$round" sgemm_rate OPENBLAS_CORETYPE=Haswell
+  # The packed kernel beside OpenBLAS (Haswell kernels) on the MLP's shapes and 2048^3.
+  if [ -x "$PACKED_BENCH" ]; then
+    echo "round $round, load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/packed_kernel.txt"
+    OPENBLAS_CORETYPE=Haswell "$PACKED_BENCH" "$THREADS" 3 >> "$OUT/packed_kernel.txt"
+  fi
 done
 echo "{\"uptime_end\": \"$(uptime)\"}" >> "$OUT/load.json"
 grep -h "fp32 GEMM" "$OUT"/stderr_kiln_*_1.txt | sort -u > "$OUT/decisions.txt" || true
@@ -85,9 +96,11 @@ for r in rows:
 flops = 2 * (1024 * 4096 + 4096 * 4096 + 4096 * 1024)  # per item
 med = lambda v: statistics.median(v) if v else float("nan")
 print(f"{'config':20} {'b1 p50 ms':>10} {'b32 items/s':>12} {'b32 GFLOP/s':>12}  rounds")
-for c in ("kiln_native", "kiln_native_onednn", "kiln_avx2", "kiln_avx2_onednn", "ort"):
+for c in ("kiln_native", "kiln_native_onednn", "kiln_avx2", "kiln_avx2_onednn",
+          "kiln_avx2_openblas", "kiln_avx2_packed", "ort"):
     print(f"{c:20} {med(p50.get(c, [])):10.3f} {med(ips.get(c, [])):12.1f} "
           f"{med(ips.get(c, [])) * flops / 1e9:12.1f}  p50 {p50.get(c)} ips {ips.get(c)}")
 for c in ("sgemm_native", "sgemm_haswell"):
     print(f"{c:20} OpenBLAS sgemm 2048^3: {med(gf.get(c, [])):.1f} GFLOP/s {gf.get(c)}")
 PYEOF
+cat "$OUT/packed_kernel.txt"

@@ -19,6 +19,10 @@ constexpr int64_t kKc = 256;
 // Rows per A block (kMc x kKc floats, 96 KB): stays in L2 (1 MB on the EPYC this was tuned
 // on, 256 KB or more on any AVX2 core) across all the panels of a pass.
 constexpr int64_t kMc = 96;
+// A block of rows over the whole K that stays in L2 beside the panel (half of 1 MB).
+constexpr int64_t kMaxARowsBytes = 512 << 10;
+// Panel rows (64 bytes each) between a prefetch and its use: ~1 KB, a few hundred cycles.
+constexpr int64_t kPrefetchK = 16;
 constexpr int kMr = 6;  // rows per register block: 12 accumulators + 2 panel rows + 1 broadcast
 
 // Lane masks selecting the first `nr` of 16 columns (the last panel's real columns).
@@ -72,6 +76,9 @@ void Block(int64_t kc, const float* a, int64_t ld, const float* panel, float* c,
   const int64_t step = kTransA ? ld : 1;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < kc; ++p) {
+    // The panel comes from memory once per call (large weights do not stay in cache between
+    // calls): fetch a few cache lines ahead of the hardware prefetcher, which stops at pages.
+    _mm_prefetch(reinterpret_cast<const char*>(panel + (p + kPrefetchK) * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(panel + p * kNr);
     const __m256 b1 = _mm256_load_ps(panel + p * kNr + 8);
 #pragma GCC unroll 6
@@ -127,19 +134,29 @@ void Tile(const Product& g, int64_t row0, int64_t row1, int64_t panel0, int64_t 
     const int64_t blocks = (rows + kMr - 1) / kMr;
     const int base = static_cast<int>(rows / blocks);
     const int64_t extra = rows % blocks;
-    for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+    auto pass = [&](int64_t p, int64_t p0) {
       const int64_t kc = std::min(kKc, k - p0);
       const bool load_c = g.accumulate || p0 > 0;
+      const float* panel = g.b->panel(p) + p0 * kNr;
+      const int nr = static_cast<int>(std::min(kNr, n - p * kNr));
+      int64_t r = m0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int mr = base + (blk < extra ? 1 : 0);
+        BlockOf<kTransA>(mr, kc, g.a + r * g.a_row_stride + p0 * g.a_k_stride, ld, panel,
+                         g.c + r * g.ldc + p * kNr, g.ldc, nr, g.alpha, load_c);
+        r += mr;
+      }
+    };
+    if (rows * k * static_cast<int64_t>(sizeof(float)) <= kMaxARowsBytes) {
+      // These rows of A over all of K stay in L2: each panel is then read in one sequential
+      // stream (what the prefetchers follow best), all its K passes in a row.
       for (int64_t p = panel0; p < panel1; ++p) {
-        const float* panel = g.b->panel(p) + p0 * kNr;
-        const int nr = static_cast<int>(std::min(kNr, n - p * kNr));
-        int64_t r = m0;
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const int mr = base + (blk < extra ? 1 : 0);
-          BlockOf<kTransA>(mr, kc, g.a + r * g.a_row_stride + p0 * g.a_k_stride, ld, panel,
-                           g.c + r * g.ldc + p * kNr, g.ldc, nr, g.alpha, load_c);
-          r += mr;
-        }
+        for (int64_t p0 = 0; p0 < k; p0 += kKc) pass(p, p0);
+      }
+    } else {
+      // Otherwise each A block (rows x kKc) is kept in L2 across every panel of a pass.
+      for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+        for (int64_t p = panel0; p < panel1; ++p) pass(p, p0);
       }
     }
   }
@@ -157,6 +174,8 @@ void Gemv(const Product& g, int64_t panel0, int64_t panel1) {
     int64_t q = 0;
     for (; q + 4 <= k; q += 4) {
       const float* bq = panel + q * kNr;
+      _mm_prefetch(reinterpret_cast<const char*>(bq + kPrefetchK * kNr), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(bq + (kPrefetchK + 2) * kNr), _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
         const __m256 av = _mm256_broadcast_ss(a + (q + u) * step);
