@@ -558,9 +558,8 @@ class Int8ReorderKernel : public DnnlKernel {
   }
 
   std::unique_ptr<KernelRunState> NewRunState() const override {
-    return NewDnnlRunState([&] {
-      return MakeInputToOutputRunState(src_, DNNL_ARG_FROM, dst_, DNNL_ARG_TO, nullptr);
-    });
+    return NewDnnlRunState(
+        [&] { return MakeInputToOutputRunState(src_, DNNL_ARG_FROM, dst_, DNNL_ARG_TO, nullptr); });
   }
 
   absl::Status ComputeImpl(ComputeContext& ctx) const override {

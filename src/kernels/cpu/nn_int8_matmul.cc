@@ -284,8 +284,8 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
       std::unique_ptr<SrcWeightsDstRunState> owned;
-      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
-          .Execute(primitive_, stream, src, ctx.inputs[1].raw_data(), nullptr, acc, scratch);
+      const SrcWeightsDstRunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
+      s.Execute(primitive_, stream, src, ctx.inputs[1].raw_data(), nullptr, acc, scratch);
     }
     const float* w_scale = ctx.inputs[2].data<float>();
     const int32_t* colsum = ctx.inputs[3].data<int32_t>();
@@ -442,8 +442,8 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
       std::unique_ptr<SrcWeightsDstRunState> owned;
-      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
-          .Execute(primitive_, stream, src, wb, nullptr, yv, scratch);
+      const SrcWeightsDstRunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
+      s.Execute(primitive_, stream, src, wb, nullptr, yv, scratch);
     }
     const int64_t chunk = std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
     ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
@@ -680,8 +680,8 @@ class Int8MatMulKernel : public DnnlKernel {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
       std::unique_ptr<SrcWeightsDstRunState> owned;
-      RunStateFor(ctx, owned, [&] { return MakeRunState(); })
-          .Execute(primitive_, stream, src, nullptr, nullptr, acc, scratch);
+      const SrcWeightsDstRunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
+      s.Execute(primitive_, stream, src, nullptr, nullptr, acc, scratch);
     } else {
       std::fill(acc, acc + rows_ * cols_, 0u);
     }
