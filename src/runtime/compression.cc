@@ -231,6 +231,18 @@ absl::StatusOr<std::vector<CalibrationBatch>> LoadCalibrationDir(const std::stri
     }
   }
   batch_size = std::max<int64_t>(batch_size, 1);
+  if (!fixed && examples > batch_size) {
+    // Batches of one size where a divisor of the count allows (200 -> 8 x 25, not 6 x 32 +
+    // 8): every batch then runs on one plan, and each plan compile of the fp32 graph (for
+    // calibration) and of the compressed one (for the guard) costs its own kernel choices,
+    // e.g. timing Winograd against direct for every 3x3 conv.
+    for (int64_t b = batch_size; b >= (batch_size + 1) / 2; --b) {
+      if (examples % b == 0) {
+        batch_size = b;
+        break;
+      }
+    }
+  }
   std::vector<CalibrationBatch> batches;
   for (int64_t s = 0; s < examples; s += batch_size) {
     const int64_t end = std::min(examples, s + batch_size);

@@ -35,7 +35,8 @@ namespace kiln::runtime {
 using CalibrationBatch = std::vector<Tensor>;
 
 // Reads `dir`/<input key>.npy for every input of `signature` (first dimension = examples,
-// equal across inputs) and cuts it into batches of at most `batch_size` examples. float64
+// equal across inputs) and cuts it into batches of at most `batch_size` examples, all of one
+// size where a divisor of the count in [batch_size / 2, batch_size] exists. float64
 // arrays are narrowed to float32 inputs. Errors name the file and the expected dtype/shape.
 absl::StatusOr<std::vector<CalibrationBatch>> LoadCalibrationDir(const std::string& dir,
                                                                  const SignatureInfo& signature,

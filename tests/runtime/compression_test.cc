@@ -1,6 +1,8 @@
 // Compression at load (src/runtime/compression.cc) through Model: the accuracy guard, its
 // report, calibration from a directory of .npy files and from memory, bf16 alone, and that a
 // tolerance of 0 gives fp32's outputs exactly. The models are small MLPs with real kernels.
+#include "runtime/compression.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -167,6 +169,28 @@ TEST(CompressionTest, WithoutTheSwitchesNothingChanges) {
   const std::string text = model->Inspect();
   EXPECT_EQ(text.find("compression:"), std::string::npos) << text;
   EXPECT_EQ(text.find("DynamicQuantMatMul"), std::string::npos) << text;
+}
+
+// Batches of one size where the count allows: one plan per graph instead of two (each plan
+// compile of the fp32 graph times its kernel choices again).
+TEST(CompressionTest, CalibrationDirectoryBatchesShareOneSize) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("kiln_calib_sizes_" + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  SignatureInfo signature;
+  signature.input_keys = {"x"};
+  signature.inputs["x"].dtype = DType::kFloat32;
+  for (auto [examples, want] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+           {200, std::vector<int64_t>(8, 25)}, {64, {32, 32}}, {37, {32, 5}}, {20, {20}}}) {
+    ASSERT_TRUE(WriteNpy(dir + "/x.npy", Random(Shape{examples, 3}, 7)).ok());
+    auto batches = LoadCalibrationDir(dir, signature);
+    ASSERT_TRUE(batches.ok()) << batches.status();
+    std::vector<int64_t> sizes;
+    for (const CalibrationBatch& b : *batches) sizes.push_back(b[0].dim(0));
+    EXPECT_EQ(sizes, want) << examples << " examples";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CompressionTest, CalibrationDirectoryOfNpyFiles) {
