@@ -192,10 +192,12 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
     } else if (!blas_ok && !packed_ok) {
       choice = {GemmBackend::kOneDnn, why, nullptr};
     } else if (too_large) {
-      // OpenBLAS packs A as well; at these sizes its repacking of B is a small share.
+      // Large products amortize the per-call packing of B, and both library GEMMs pack A too,
+      // which the packed kernel does not: OpenBLAS beat it at 2048^3 (0.85-0.96x,
+      // docs/performance/runtime.md). Without OpenBLAS, oneDNN's gemm:jit, as before.
       choice = blas_ok
                    ? GemmChoice{GemmBackend::kOpenBlas, "avx2, large product (not timed)", nullptr}
-                   : GemmChoice{GemmBackend::kPacked,
+                   : GemmChoice{GemmBackend::kOneDnn,
                                 absl::StrCat("avx2, large product (not timed); ", why), nullptr};
     } else {
       if (packed_ok && timed_packed == nullptr) {
