@@ -96,7 +96,7 @@ void BatchBufferPool::Give(Block block) {
   Block unmap = block;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_ && max_free_ > 0) {
+    if (max_free_ > 0) {
       // Keep the newest (warmest) blocks; past the cap the oldest goes back to the system.
       unmap = {nullptr, 0};
       if (free_.size() >= max_free_) {
@@ -107,16 +107,6 @@ void BatchBufferPool::Give(Block block) {
     }
   }
   if (unmap.data != nullptr) ::munmap(unmap.data, unmap.length);  // outside the lock
-}
-
-void BatchBufferPool::Close() {
-  std::vector<Block> blocks;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-    blocks.swap(free_);
-  }
-  for (const Block& b : blocks) ::munmap(b.data, b.length);
 }
 
 int64_t BatchBufferPool::blocks_mapped() const {

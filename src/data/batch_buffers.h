@@ -13,7 +13,9 @@
 // Memory stays bounded: the free list holds at most `max_free` blocks (a block is returned
 // when the consumer drops a batch and taken again as soon as the stage starts its next one, so
 // in steady state the list holds zero or one block; more only accumulate when production has
-// stopped); any block beyond that is unmapped at once. The blocks in use are the batches that
+// stopped); any block beyond that is unmapped at once. The pool lives as long as its owner
+// (the map node, so that the next iterator of the same dataset reuses the blocks) and the last
+// batch taken from it; the free blocks are unmapped with it. The blocks in use are the batches that
 // the pipeline's RAM budget already counts (prefetch buffers, the batch being filled).
 //
 // Only numeric blocks of at least kMinBytes come from the pool (smaller ones gain nothing from
@@ -49,10 +51,6 @@ class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
   // when the memory cannot be had, InvalidArgument when the size overflows.
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape);
 
-  // Unmaps the free blocks and lets every block released later go back to the system: the
-  // stage is gone, nobody will take them again.
-  void Close();
-
   // For tests and stats.
   int64_t blocks_mapped() const;  // mappings made so far
   int64_t free_blocks() const;    // blocks on the free list now
@@ -68,7 +66,6 @@ class BatchBufferPool : public std::enable_shared_from_this<BatchBufferPool> {
 
   const size_t max_free_;
   mutable std::mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Block> free_ ABSL_GUARDED_BY(mu_);  // most recently released last
   int64_t mapped_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -56,8 +56,9 @@ struct BatchSlots {
   // Nondeterministic: positions taken by a MapIntoFn call that then failed, handed out again
   // (lowest first) before next_slot, so that every batch but the last is still full.
   std::set<int64_t> holes;
-  // The batch tensors' memory: recycled, in 2 MiB pages (batch_buffers.h).
-  std::shared_ptr<BatchBufferPool> pool = BatchBufferPool::Create();
+  // The batch tensors' memory: recycled, in 2 MiB pages (batch_buffers.h); the map node's,
+  // shared by its iterators (ParallelMapSpec::batch_buffers).
+  std::shared_ptr<BatchBufferPool> pool;
 };
 
 // `from` (one element's component) into `slot` (a view of its batch slot, [1, ...]).
@@ -249,12 +250,8 @@ class MapAndBatchIterator : public IteratorBase {
       : IteratorBase(ctx, "MapAndBatch", false),
         map_spec_(map),
         spec_(spec),
-        slots_(std::make_shared<BatchSlots>()) {}
-  // The workers stop first (they allocate from the pool); batches the consumer still holds
-  // are unmapped when it drops them.
-  ~MapAndBatchIterator() override {
-    map_.reset();
-    slots_->pool->Close();
+        slots_(std::make_shared<BatchSlots>()) {
+    slots_->pool = map.batch_buffers;
   }
   absl::Status Init() {
     // The map's results are views of batch slots that are already allocated, so its buffer may
