@@ -41,6 +41,12 @@ struct TimedConv {
   dnnl::convolution_forward conv;
   std::optional<dnnl::reorder> x_in, y_out;
   memory user_x, user_y, x, y, w, bias, scratchpad;
+  // The residual of a fused Add, written into the destination before the run as Compute does:
+  // reordered when the primitive's destination layout is not the plan's, else copied (or
+  // nothing, where the plan runs the convolution in place of the residual).
+  std::optional<dnnl::reorder> r_in;
+  memory user_r;
+  bool copy_r = false;
 };
 
 size_t CandidateBytes(const dnnl::convolution_forward::primitive_desc& pd, const memory::desc& ux,
@@ -58,7 +64,7 @@ memory ZeroMemory(const memory::desc& d, const dnnl::engine& engine) {
 }
 
 TimedConv MakeTimed(const dnnl::convolution_forward::primitive_desc& pd, const memory& user_x,
-                    const memory& user_y, const memory::desc& bias) {
+                    const memory& user_y, const memory::desc& bias, const memory* user_r) {
   auto& engine = CpuEngine();
   TimedConv t{dnnl::convolution_forward(pd),
               std::nullopt,
@@ -73,12 +79,24 @@ TimedConv MakeTimed(const dnnl::convolution_forward::primitive_desc& pd, const m
   if (bias) t.bias = ZeroMemory(bias, engine);
   if (pd.src_desc() != user_x.get_desc()) t.x_in = dnnl::reorder(user_x, t.x);
   if (pd.dst_desc() != user_y.get_desc()) t.y_out = dnnl::reorder(t.y, user_y);
+  if (user_r != nullptr) {
+    t.user_r = *user_r;
+    if (pd.dst_desc() != user_r->get_desc()) {
+      t.r_in = dnnl::reorder(t.user_r, t.y);
+    } else {
+      t.copy_r = pd.dst_desc() != user_y.get_desc();
+    }
+  }
   return t;
 }
 
 double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
   const double start = Seconds();
   if (t.x_in) t.x_in->execute(stream, t.user_x, t.x);
+  if (t.r_in) t.r_in->execute(stream, t.user_r, t.y);
+  if (t.copy_r) {
+    std::memcpy(t.y.get_data_handle(), t.user_r.get_data_handle(), t.y.get_desc().get_size());
+  }
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, t.x},
                                           {DNNL_ARG_WEIGHTS, t.w},
                                           {DNNL_ARG_DST, t.y},
@@ -201,6 +219,7 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     }
     const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
     const size_t bytes = q.user_x.get_size() + q.user_y.get_size() +
+                         (q.has_residual ? q.user_r.get_size() : 0) +
                          CandidateBytes(direct_pd, q.user_x, q.user_y) +
                          CandidateBytes(*winograd_pd, q.user_x, q.user_y);
     if (bytes > kMaxTimedBytes) {
@@ -211,8 +230,10 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     auto& stream = ThreadStream();
     const memory user_x = ZeroMemory(q.user_x, engine);
     const memory user_y = ZeroMemory(q.user_y, engine);
-    TimedConv direct_run = MakeTimed(direct_pd, user_x, user_y, q.bias);
-    TimedConv winograd_run = MakeTimed(*winograd_pd, user_x, user_y, q.bias);
+    const memory user_r = q.has_residual ? ZeroMemory(q.user_r, engine) : memory();
+    const memory* residual = q.has_residual ? &user_r : nullptr;
+    TimedConv direct_run = MakeTimed(direct_pd, user_x, user_y, q.bias, residual);
+    TimedConv winograd_run = MakeTimed(*winograd_pd, user_x, user_y, q.bias, residual);
     // One warm-up each, then the best of three, interleaved so that load from other
     // processes falls on both.
     RunOnce(direct_run, false, q.threads, stream);
