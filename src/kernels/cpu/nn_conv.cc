@@ -353,6 +353,7 @@ class ConvKernel : public DnnlKernel {
       query.pads_begin = pl;
       query.pads_end = pr;
       query.threads = ctx.intra_op_threads;
+      query.cache = ctx.packed_constants;
       KILN_RETURN_IF_ERROR(winograd_.Choose(query));
       make(dnnl::convolution_forward(), winograd_.active() ? winograd_.desc() : direct);
     } else {

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "kiln/core/status.h"
 #include "nn_dnnl.h"
 
@@ -89,6 +90,27 @@ TimedConv MakeTimed(const dnnl::convolution_forward::primitive_desc& pd, const m
   }
   return t;
 }
+
+// A memory descriptor as a cache key: dims, strides and inner blocks say its layout.
+std::string DescKey(const memory::desc& d) {
+  const dnnl_memory_desc_t& c = d.data;
+  std::string key = absl::StrCat(c.ndims, ":");
+  for (int i = 0; i < c.ndims; ++i) {
+    absl::StrAppend(&key, c.dims[i], "/", c.format_desc.blocking.strides[i], ",");
+  }
+  for (int i = 0; i < c.format_desc.blocking.inner_nblks; ++i) {
+    absl::StrAppend(&key, "b", c.format_desc.blocking.inner_idxs[i], "x",
+                    c.format_desc.blocking.inner_blks[i]);
+  }
+  return key;
+}
+
+// The timed decision, kept in the model's PackedConstantCache: convolutions of one shape,
+// layouts and post-ops (ResNet's repeated blocks) are timed once per model.
+struct TimedChoice {
+  bool winograd = false;
+  std::string why;
+};
 
 double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
   const double start = Seconds();
@@ -217,36 +239,58 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
       why_ = "direct (too small to gain)";
       return absl::OkStatus();
     }
-    const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
-    const size_t bytes = q.user_x.get_size() + q.user_y.get_size() +
-                         (q.has_residual ? q.user_r.get_size() : 0) +
-                         CandidateBytes(direct_pd, q.user_x, q.user_y) +
-                         CandidateBytes(*winograd_pd, q.user_x, q.user_y);
-    if (bytes > kMaxTimedBytes) {
-      why_ = "direct (too large to time)";
-      return absl::OkStatus();
+    auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const TimedChoice>, size_t>> {
+      auto choice = std::make_shared<TimedChoice>();
+      const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
+      const size_t bytes = q.user_x.get_size() + q.user_y.get_size() +
+                           (q.has_residual ? q.user_r.get_size() : 0) +
+                           CandidateBytes(direct_pd, q.user_x, q.user_y) +
+                           CandidateBytes(*winograd_pd, q.user_x, q.user_y);
+      if (bytes > kMaxTimedBytes) {
+        choice->why = "direct (too large to time)";
+        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+      }
+      ScopedDnnlThreads threads(q.threads);
+      auto& stream = ThreadStream();
+      const memory user_x = ZeroMemory(q.user_x, engine);
+      const memory user_y = ZeroMemory(q.user_y, engine);
+      const memory user_r = q.has_residual ? ZeroMemory(q.user_r, engine) : memory();
+      const memory* residual = q.has_residual ? &user_r : nullptr;
+      TimedConv direct_run = MakeTimed(direct_pd, user_x, user_y, q.bias, residual);
+      TimedConv winograd_run = MakeTimed(*winograd_pd, user_x, user_y, q.bias, residual);
+      // One warm-up each, then the best of three, interleaved so that load from other
+      // processes falls on both.
+      RunOnce(direct_run, false, q.threads, stream);
+      RunOnce(winograd_run, true, q.threads, stream);
+      double direct_s = 1e30, winograd_s = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
+        winograd_s = std::min(winograd_s, RunOnce(winograd_run, true, q.threads, stream));
+      }
+      choice->winograd = direct_s > winograd_s * kMinWinogradGain;
+      choice->why =
+          absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
+                          choice->winograd ? "winograd" : "direct", direct_pd.impl_info_str(),
+                          direct_s * 1e3, winograd_pd->impl_info_str(), winograd_s * 1e3);
+      return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+    };
+    std::shared_ptr<const TimedChoice> choice;
+    if (q.cache == nullptr) {
+      KILN_ASSIGN_OR_RETURN(auto made, decide());
+      choice = made.first;
+    } else {
+      std::string key =
+          absl::StrCat("conv-winograd:", q.threads, ":", q.has_residual, ":", DescKey(q.user_x),
+                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":", q.bias ? 1 : 0);
+      for (size_t i = 0; i < inside; ++i) {
+        absl::StrAppend(&key, ":", (*q.post_ops)[i].kind, (*q.post_ops)[i].alpha);
+      }
+      absl::StrAppend(&key, ":pads", absl::StrJoin(q.pads_begin, ","), ";",
+                      absl::StrJoin(q.pads_end, ","));
+      KILN_ASSIGN_OR_RETURN(choice, q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide));
     }
-    ScopedDnnlThreads threads(q.threads);
-    auto& stream = ThreadStream();
-    const memory user_x = ZeroMemory(q.user_x, engine);
-    const memory user_y = ZeroMemory(q.user_y, engine);
-    const memory user_r = q.has_residual ? ZeroMemory(q.user_r, engine) : memory();
-    const memory* residual = q.has_residual ? &user_r : nullptr;
-    TimedConv direct_run = MakeTimed(direct_pd, user_x, user_y, q.bias, residual);
-    TimedConv winograd_run = MakeTimed(*winograd_pd, user_x, user_y, q.bias, residual);
-    // One warm-up each, then the best of three, interleaved so that load from other
-    // processes falls on both.
-    RunOnce(direct_run, false, q.threads, stream);
-    RunOnce(winograd_run, true, q.threads, stream);
-    double direct_s = 1e30, winograd_s = 1e30;
-    for (int i = 0; i < 3; ++i) {
-      direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
-      winograd_s = std::min(winograd_s, RunOnce(winograd_run, true, q.threads, stream));
-    }
-    take = direct_s > winograd_s * kMinWinogradGain;
-    why_ = absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
-                           take ? "winograd" : "direct", direct_pd.impl_info_str(), direct_s * 1e3,
-                           winograd_pd->impl_info_str(), winograd_s * 1e3);
+    take = choice->winograd;
+    why_ = choice->why;
   } else {
     why_ = absl::StrCat("winograd ", winograd_pd->impl_info_str(), " (KILN_CONV_WINOGRAD=1)");
   }

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/kernels/kernel.h"
+#include "kiln/kernels/packed_constants.h"
 
 namespace kiln::kernels::nn {
 
@@ -61,6 +62,9 @@ struct WinogradQuery {
   dnnl::memory::desc user_x, user_y, user_r, user_w, bias;
   dnnl::memory::dims strides_dnnl, dilations_dnnl, pads_begin, pads_end;
   int threads = 1;
+  // The model's store (ReshapeContext::packed_constants), where the timed decision is kept per
+  // shape, layouts and post-ops; null: timed on every call.
+  PackedConstantCache* cache = nullptr;
 };
 
 // One convolution's algorithm, chosen per plan (ReshapeImpl), and the direct fallback a
