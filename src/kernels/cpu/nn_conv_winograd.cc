@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -272,6 +273,12 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
           absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
                           choice->winograd ? "winograd" : "direct", direct_pd.impl_info_str(),
                           direct_s * 1e3, winograd_pd->impl_info_str(), winograd_s * 1e3);
+      // Once per model and shape (the cache), as the GEMM backend's line: what a model load
+      // and `kiln inspect` show.
+      const memory::dims x_dims = q.user_x.dims();
+      std::fprintf(stderr, "kiln: fp32 Conv 3x3 %s -> %lld channels on %d threads: %s\n",
+                   absl::StrJoin(x_dims, "x").c_str(), static_cast<long long>(q.m), q.threads,
+                   choice->why.c_str());
       return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
     };
     std::shared_ptr<const TimedChoice> choice;
