@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/core/determinism.h"
 #include "kiln/exec/plan.h"
 #include "kiln/kernels/openmp_threads.h"
 
@@ -76,6 +79,60 @@ void RegisterProbe() {
     return true;
   }();
   (void)registered;
+}
+
+// threadtest::SlowOnTeams: y = x + 1 (y = x + its thread count, when `follows_threads`, as a
+// reduction split across threads rounds by the count), after spinning 200 us whenever it is
+// given more than one thread. Timing always finds one thread faster (no team is woken, so a
+// busy machine does not make the step look large), so what decides is whether the bits agree.
+class SlowOnTeamsKernel : public kernels::OpKernel {
+ public:
+  explicit SlowOnTeamsKernel(bool follows_threads) : follows_threads_(follows_threads) {}
+  absl::Status Reshape(kernels::ReshapeContext& ctx) override {
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = ctx.inputs[0].shape;
+    return absl::OkStatus();
+  }
+  absl::Status Compute(kernels::ComputeContext& ctx) const override {
+    if (ctx.intra_op_threads > 1) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+    const float* x = ctx.inputs[0].data<float>();
+    float* y = ctx.outputs[0].data<float>();
+    const float add = follows_threads_ ? static_cast<float>(ctx.intra_op_threads) : 1.0f;
+    for (int64_t i = 0, n = ctx.outputs[0].num_elements(); i < n; ++i) y[i] = x[i] + add;
+    return absl::OkStatus();
+  }
+
+ private:
+  const bool follows_threads_;
+};
+
+void RegisterSlowOnTeams() {
+  static const bool registered = [] {
+    for (bool counts : {false, true}) {
+      kernels::KernelRegistry::Global()
+          .Register(
+              "threadtest", counts ? "SlowOnTeamsFollowsThreads" : "SlowOnTeams",
+              [counts](const ir::Node&) -> absl::StatusOr<std::unique_ptr<kernels::OpKernel>> {
+                return std::unique_ptr<kernels::OpKernel>(new SlowOnTeamsKernel(counts));
+              })
+          .IgnoreError();
+    }
+    return true;
+  }();
+  (void)registered;
+}
+
+std::shared_ptr<const ir::Graph> SlowGraph(const std::string& op) {
+  RegisterSlowOnTeams();
+  auto g = std::make_shared<ir::Graph>();
+  const ir::ValueId x = g->AddValue("x", ir::TensorType::Of(DType::kFloat32, {64}));
+  g->inputs = {x};
+  g->outputs = {g->node(g->AddNode(op, {x}, 1, {}, "slow", "threadtest")).outputs[0]};
+  return g;
 }
 
 CompileOptions Options(ThreadChoiceMode mode, int threads = 2) {
@@ -265,6 +322,51 @@ TEST(ThreadChoiceTest, SingleThreadPlansChooseNothing) {
   EXPECT_EQ((*plan)->stats().thread_timed_steps, 0);
   EXPECT_EQ((*plan)->stats().thread_choice_ns, 0);
   EXPECT_EQ((*plan)->DebugString().find("threads"), std::string::npos);
+}
+
+// One thread is kept when it is faster and computes the same bits as N.
+TEST(ThreadChoiceTest, FasterOneThreadIsKeptWhenItComputesTheSame) {
+  auto plan = CompiledPlan::Compile(SlowGraph("SlowOnTeams"), {Shape{64}},
+                                    Options(ThreadChoiceMode::kAuto));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats().one_thread_steps, 1) << (*plan)->DebugString();
+  EXPECT_EQ((*plan)->DebugString().find("other bits"), std::string::npos);
+}
+
+// A kernel whose result follows the thread count (as a reduction split across threads does)
+// keeps N even though 1 thread is faster: a timed choice must not change what the plan
+// computes, or two loads of one model could answer differently.
+TEST(ThreadChoiceTest, OneThreadThatComputesOtherBitsIsNotChosen) {
+  auto chosen = CompiledPlan::Compile(SlowGraph("SlowOnTeamsFollowsThreads"), {Shape{64}},
+                                      Options(ThreadChoiceMode::kAuto));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ((*chosen)->stats().one_thread_steps, 0);
+  EXPECT_NE((*chosen)->DebugString().find("threads 2 (N "), std::string::npos)
+      << (*chosen)->DebugString();
+  EXPECT_NE((*chosen)->DebugString().find("1 thread computes other bits"), std::string::npos)
+      << (*chosen)->DebugString();
+  auto off = CompiledPlan::Compile(SlowGraph("SlowOnTeamsFollowsThreads"), {Shape{64}},
+                                   Options(ThreadChoiceMode::kOff));
+  ASSERT_TRUE(off.ok()) << off.status();
+  const Tensor x = Filled(Shape{64}, 3);
+  std::vector<Tensor> a, b;
+  ASSERT_TRUE((*chosen)->Run({x}, &a).ok());
+  ASSERT_TRUE((*off)->Run({x}, &b).ok());
+  EXPECT_EQ(0, std::memcmp(a[0].raw_data(), b[0].raw_data(), a[0].byte_size()));
+}
+
+// Op determinism (TF_DETERMINISTIC_OPS=1, kiln/core/determinism.h) turns timing off; forced
+// modes stay. Last in the file: determinism stays on in this process.
+TEST(ThreadChoiceTest, OpDeterminismTurnsTimingOff) {
+  EnableOpDeterminism();
+  EXPECT_EQ(*ResolveThreadChoiceMode(ThreadChoiceMode::kAuto), ThreadChoiceMode::kOff);
+  EXPECT_EQ(*ResolveThreadChoiceMode(ThreadChoiceMode::kOne), ThreadChoiceMode::kOne);
+  auto plan = CompiledPlan::Compile(SlowGraph("SlowOnTeams"), {Shape{64}},
+                                    Options(ThreadChoiceMode::kAuto));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats().thread_choice, ThreadChoiceMode::kOff);
+  EXPECT_EQ((*plan)->stats().thread_timed_steps, 0);
+  EXPECT_EQ((*plan)->stats().one_thread_steps, 0);
 }
 
 }  // namespace

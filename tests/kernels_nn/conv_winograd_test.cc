@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/nn_conv_winograd.h"
 #include "kernels/cpu/nn_dnnl.h"
+#include "kiln/core/determinism.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/fused_post_ops.h"
 #include "kiln/ir/graph.h"
@@ -422,6 +423,34 @@ TEST(ConvWinograd, SwitchIsParsedAndABadValueIsAnError) {
   auto y = RunConv(cc, x, w, b, Tensor());
   ASSERT_FALSE(y.ok());
   EXPECT_NE(y.status().message().find("KILN_CONV_WINOGRAD"), std::string::npos) << y.status();
+}
+
+// Under op determinism (TF_DETERMINISTIC_OPS=1) the automatic choice is not timed: the direct
+// convolution, so two loads of one model compute the same bits. Last in the file: determinism
+// stays on in this process.
+TEST(ConvWinograd, OpDeterminismKeepsTheAutomaticChoiceDirect) {
+  EnableOpDeterminism();
+  Case cc;
+  cc.c = cc.m = 64;
+  cc.h = cc.w = 28;  // 29M multiply-adds: timed when determinism is off
+  cc.layout = MemoryLayout::kNchw16c;
+  const Tensor x = Random({1, 64, 28, 28}, 21, -1, 1);
+  const Tensor w = Random({64, 64, 3, 3}, 22, -0.05f, 0.05f);
+  const Tensor b = Random({64}, 23, -0.5f, 0.5f);
+  Tensor automatic, direct;
+  {
+    ScopedWinograd s("auto");
+    auto y = RunConv(cc, x, w, b, Tensor());
+    ASSERT_TRUE(y.ok()) << y.status();
+    automatic = *y;
+  }
+  {
+    ScopedWinograd s("0");
+    auto y = RunConv(cc, x, w, b, Tensor());
+    ASSERT_TRUE(y.ok()) << y.status();
+    direct = *y;
+  }
+  EXPECT_TRUE(BitEqual(automatic, direct));
 }
 
 }  // namespace

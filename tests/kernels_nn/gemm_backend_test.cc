@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/core/cpu_isa.h"
+#include "kiln/core/determinism.h"
 #include "kiln/kernels/testing.h"
 
 namespace kiln::kernels {
@@ -440,6 +441,22 @@ TEST(GemmBackendChoice, Avx2TimesThePackedKernel) {
     EXPECT_EQ(choice->packed, nullptr);
     EXPECT_EQ(cache.bytes(), 0u);
   }
+}
+
+// Under op determinism (TF_DETERMINISTIC_OPS=1) two loads of one model must compute the same
+// bits: the backend is not timed. Last in the file: determinism stays on in this process.
+TEST(GemmBackendChoice, OpDeterminismDoesNotTime) {
+  if (EffectiveCpuIsa() != CpuIsa::kAvx2) GTEST_SKIP() << "runs at AVX-512";
+  EnableOpDeterminism();
+  std::vector<float> b(1024 * 1024, 0.0f);
+  PackedConstantCache cache;
+  int onednn_runs = 0;
+  auto choice = nn::ChooseGemmBackend(&cache, nullptr, Shape32x1024x1024(), b.data(), 2, false,
+                                      [&](const float*, float*) { ++onednn_runs; });
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(onednn_runs, 0);
+  EXPECT_EQ(choice->backend, GemmBackend::kOneDnn);
+  EXPECT_NE(choice->reason.find("op determinism"), std::string::npos) << choice->reason;
 }
 
 }  // namespace

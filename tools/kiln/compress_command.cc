@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "command.h"
+#include "kiln/core/determinism.h"
 #include "kiln/core/npy.h"
 #include "kiln/core/status.h"
 #include "onnx_channel_pruning.h"
@@ -34,7 +35,9 @@ whose filters have the smallest L1 norm (at least one channel stays), with the m
 input channels of their readers, and writes a smaller ONNX model. Convolutions whose
 channels reach a residual Add, a Concat, a Reshape or a graph output are left whole (the
 report says which and why). Then runs the
-original and the pruned model on the calibration inputs and prints the accuracy report.
+original and the pruned model on the calibration inputs and prints the accuracy report
+(with op determinism on, as TF_DETERMINISTIC_OPS=1: no timed kernel choice differs between
+the two, so the report measures the pruning alone).
 This is lossy: fine-tune the pruned model to recover accuracy. The exact pruning of
 all-zero channels happens at load under --allow_compression instead.
 
@@ -192,6 +195,9 @@ int RunCompress(const std::vector<std::string>& args) {
               out_bytes.size(), 100.0 * out_bytes.size() / std::max<size_t>(1, bytes.str().size()),
               flags.output.c_str());
 
+  // Both models compile their kernels by the same fixed rules (kiln/core/determinism.h):
+  // with timed choices, two loads of even the same model can round differently.
+  kiln::EnableOpDeterminism();
   runtime::ModelOptions options;
   auto original = kiln::tool::LoadModelForTool("compress", flags.model, options, {});
   if (!original.ok()) return Fail(absl::StrCat(flags.model, ": ", original.status().message()));

@@ -12,13 +12,16 @@
 //     run interleaved, a few times each; the medians decide;
 //   - 1 thread wins only when at least kMargin faster: a tie keeps N, which is what the step
 //     would get under lighter load elsewhere on the machine;
+//   - 1 thread is kept only if it computes the same bits as N on the timing's inputs: a
+//     kernel whose reduction order follows the thread count (an inner product split across
+//     threads) keeps N, since a timed choice must not change what the plan computes;
 //   - the timing of one plan stops after kPlanBudgetNs (the remaining steps keep N), so
 //     compiling a plan costs at most that much more.
 // The winner is the kernel the plan keeps, reshaped for its thread count; Compute gets that
 // count in ComputeContext::intra_op_threads and as the calling thread's OpenMP team size.
 //
 // KILN_THREAD_CHOICE (read at each plan compile unless CompileOptions says otherwise):
-//   auto (default)  time and choose as above
+//   auto (default)  time and choose as above (off under op determinism, kiln/core/determinism.h)
 //   off             every step on N threads (what plans did before), for measurement
 //   one             every step on 1 thread without timing: deterministic (tests, measurement)
 // Timing happens on the machine as it is during compile: under heavy load on the other cores,
@@ -45,7 +48,8 @@ enum class ThreadChoiceMode {
 
 // "auto", "off" or "one"; InvalidArgument otherwise (naming KILN_THREAD_CHOICE).
 absl::StatusOr<ThreadChoiceMode> ParseThreadChoiceMode(absl::string_view text);
-// kEnvironment resolved: the KILN_THREAD_CHOICE variable, kAuto when unset or empty.
+// kEnvironment resolved: the KILN_THREAD_CHOICE variable, kAuto when unset or empty; kAuto
+// becomes kOff under op determinism (kiln/core/determinism.h).
 absl::StatusOr<ThreadChoiceMode> ResolveThreadChoiceMode(ThreadChoiceMode mode);
 const char* ThreadChoiceModeName(ThreadChoiceMode mode);
 
@@ -59,6 +63,7 @@ struct StepThreads {
   bool timed = false;            // both variants were timed (n_ns and one_ns are medians)
   int64_t n_ns = 0;              // Compute on N threads (a single run when the step was not timed)
   int64_t one_ns = 0;            // Compute on 1 thread (timed steps only)
+  bool one_differs = false;      // 1 thread was faster but computed other bits: N kept
   std::string Describe() const;  // "threads 1 (N 41 us, 1 28 us)" for DebugString
 };
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kiln/core/cpu_isa.h"
+#include "kiln/core/determinism.h"
 #include "kiln/core/status.h"
 #include "nn_dnnl.h"
 
@@ -199,6 +200,9 @@ absl::StatusOr<GemmChoice> ChooseGemmBackend(
                    ? GemmChoice{GemmBackend::kOpenBlas, "avx2, large product (not timed)", nullptr}
                    : GemmChoice{GemmBackend::kOneDnn,
                                 absl::StrCat("avx2, large product (not timed); ", why), nullptr};
+    } else if (OpDeterminismEnabled()) {
+      // Backends round differently, and timings can differ between two loads of one model.
+      choice = {GemmBackend::kOneDnn, "avx2, op determinism: oneDNN (not timed)", nullptr};
     } else {
       if (packed_ok && timed_packed == nullptr) {
         KILN_ASSIGN_OR_RETURN(timed_packed, pack());

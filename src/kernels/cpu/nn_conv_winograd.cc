@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kiln/core/determinism.h"
 #include "kiln/core/status.h"
 #include "nn_dnnl.h"
 
@@ -238,6 +239,11 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     const int64_t macs = y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9;
     if (macs < kMinWinogradMacs) {
       why_ = "direct (too small to gain)";
+      return absl::OkStatus();
+    }
+    if (OpDeterminismEnabled()) {
+      // Winograd rounds differently from direct, and timings can differ between two loads.
+      why_ = "direct (op determinism: not timed)";
       return absl::OkStatus();
     }
     auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const TimedChoice>, size_t>> {
