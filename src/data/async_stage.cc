@@ -342,7 +342,15 @@ void AsyncStage::WorkerLoop(int index) {
           // Before the first element is measured its size is unknown: admit the first wave
           // of calls only while the pipeline uses under half of the budget.
           const bool unknown_ok = element_bytes_avg_ == 0 && memory.used() < memory.budget() / 2;
-          if (memory.TryReserve(estimate * want, outstanding_ == 0 || unknown_ok)) {
+          bool reserved = memory.TryReserve(estimate * want, unknown_ok);
+          if (!reserved && outstanding_ == 0) {
+            // A stage holding nothing may always take one element, to make progress: the
+            // budget keeps room for one element per holder, not for a chunk (an empty stage
+            // that took a whole chunk this way ended at 1.07x the budget).
+            want = 1;
+            reserved = memory.TryReserve(estimate, /*holder_is_empty=*/true);
+          }
+          if (reserved) {
             reserved_bytes_ += estimate * want;
             break;
           }
