@@ -3,7 +3,9 @@
 // constant weight once, and compute what plans that create and pack for themselves compute.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -138,6 +140,55 @@ TEST(KernelLifecycleTest, WeightsCreateCouldNotPackArePackedOncePerLayoutByThePl
   // The batch-4 plan asked the store for the conv's packed weights and found them.
   EXPECT_GE(cache.packed_constants().hits(), 1u);
   EXPECT_EQ(cache.created_kernels().creates(), graph->num_nodes());
+}
+
+// x[N, 16, 12, 12] -> Conv 3x3 pad 1 (16 channels, bias): a Winograd-eligible convolution.
+std::shared_ptr<const ir::Graph> WinogradConvModel() {
+  ir::Graph g;
+  const ir::ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {-1, 16, 12, 12}));
+  g.inputs.push_back(x);
+  Tensor w = RandomFloats(Shape{16, 16, 3, 3}, 5);
+  for (float& v : w.span<float>()) v *= 0.1f;
+  const ir::ValueId wv = g.AddConstant("w", w);
+  const ir::ValueId b = g.AddConstant("b", RandomFloats(Shape{16}, 6));
+  g.outputs = {
+      Op(g, "Conv", {x, wv, b},
+         {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+         "conv", {-1, 16, 12, 12})};
+  return std::make_shared<const ir::Graph>(std::move(g));
+}
+
+// oneDNN's Winograd weight layout depends on the batch size: the first plan that takes
+// Winograd packs the transformed weights, and plans for other batch sizes pack nothing more
+// (they use that copy when their layout is the same, else run direct). Forced on, so that it
+// does not depend on a timing; on AVX2 oneDNN has no Winograd and every plan is direct.
+TEST(KernelLifecycleTest, WinogradWeightsArePackedOncePerNode) {
+  ASSERT_EQ(setenv("KILN_CONV_WINOGRAD", "1", 1), 0);
+  auto graph = WinogradConvModel();
+  PlanCache cache(graph, CompileOptions{}, 8);
+  size_t packed_bytes = 0;
+  for (int64_t batch : {1, 4, 32}) {
+    auto plan = cache.Get({Shape{batch, 16, 12, 12}});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    if (batch == 1) packed_bytes = cache.packed_constants().bytes();
+    EXPECT_GT(packed_bytes, 0u);
+    EXPECT_EQ(cache.packed_constants().bytes(), packed_bytes) << "batch " << batch;
+    ASSERT_EQ(setenv("KILN_CONV_WINOGRAD", "0", 1), 0);
+    auto direct = CompiledPlan::Compile(graph, {Shape{batch, 16, 12, 12}});
+    ASSERT_EQ(setenv("KILN_CONV_WINOGRAD", "1", 1), 0);
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    const Tensor x = RandomFloats(Shape{batch, 16, 12, 12}, 20 + static_cast<uint32_t>(batch));
+    std::vector<Tensor> got, want;
+    ASSERT_TRUE((*plan)->Run({x}, &got).ok());
+    ASSERT_TRUE((*direct)->Run({x}, &want).ok());
+    float largest = 0;
+    for (float v : want[0].span<float>()) largest = std::max(largest, std::abs(v));
+    for (int64_t i = 0; i < want[0].num_elements(); ++i) {
+      ASSERT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 1e-5f * largest)
+          << "batch " << batch << " at " << i;
+    }
+  }
+  ASSERT_EQ(unsetenv("KILN_CONV_WINOGRAD"), 0);
 }
 
 TEST(KernelLifecycleTest, InvalidAttributeFailsAtCreateNamingTheNode) {

@@ -337,7 +337,17 @@ class ConvKernel : public DnnlKernel {
                                                    any_w, bias_desc, any_y, strides, dil, pl, pr);
       // Winograd for 3x3 stride-1 convolutions where it is measured faster for this plan
       // (nn_conv_winograd.h; KILN_CONV_WINOGRAD=0 turns it off).
-      WinogradQuery query{&node_, creating_, group, c, m, g.kernel, g.strides, g.dilations, &w};
+      // The model's node (ctx.node), the same object for every plan: the key of what the
+      // model's cache holds for this convolution.
+      WinogradQuery query{ctx.node != nullptr ? ctx.node : &node_,
+                          creating_,
+                          group,
+                          c,
+                          m,
+                          g.kernel,
+                          g.strides,
+                          g.dilations,
+                          &w};
       query.post_ops = &post_ops_;
       query.epilogue = &epilogue_;
       query.has_residual = has_residual;

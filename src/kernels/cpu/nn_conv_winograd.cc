@@ -307,6 +307,28 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
   } else {
     why_ = absl::StrCat("winograd ", winograd_pd->impl_info_str(), " (KILN_CONV_WINOGRAD=1)");
   }
+  if (take && q.cache != nullptr && q.node != nullptr) {
+    // oneDNN's Winograd weight layout depends on the batch size: a plan for another batch
+    // size would pack another transformed copy of the weights. One copy per node and model
+    // (claimed by the first plan that takes Winograd, usually batch 1 at warmup, where it
+    // gains most); other plans use it when their layout is the same, else stay direct, so
+    // compiling a plan for a new batch size packs no weights (issue 9).
+    // The whole descriptor: Winograd's weight formats are not blocked ones, so DescKey's
+    // strides and blocks do not tell them apart.
+    const memory::desc layout = winograd_pd->weights_desc();
+    KILN_ASSIGN_OR_RETURN(
+        std::shared_ptr<const memory::desc> claimed,
+        q.cache->GetOrCreate<memory::desc>(
+            q.node, "conv-winograd-weights",
+            [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const memory::desc>, size_t>> {
+              return std::make_pair(std::make_shared<const memory::desc>(layout), size_t{0});
+            }));
+    if (*claimed != layout) {
+      take = false;
+      why_ = absl::StrCat("direct (", why_,
+                          "; this node's Winograd weights are packed for another batch size)");
+    }
+  }
   if (!take) return absl::OkStatus();
   active_ = true;
   winograd_desc_ = winograd;

@@ -20,7 +20,9 @@
 // shapes and layouts (reorders into Winograd's blocked layout included) and Winograd is taken
 // when it is faster by kMinWinogradGain. KILN_CONV_WINOGRAD=0 (or off) keeps every convolution
 // direct; =1 (or on) takes Winograd wherever oneDNN has it (tests, measurements); unset or auto
-// times.
+// times. Either way the transformed weights are packed once per node and model: oneDNN's
+// Winograd weight layout depends on the batch size, and a plan whose layout differs from the
+// one an earlier plan of the model packed stays direct.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
