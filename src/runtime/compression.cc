@@ -440,8 +440,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     if (result.kept_fp32.size() == layers.size()) break;  // everything fp32: use fp32 below
     KILN_ASSIGN_OR_RETURN(auto attempt, Compress(from, pass_options, guarded));
     if (ranking_batches < calibration.size()) {
-      KILN_ASSIGN_OR_RETURN(auto out,
-                            RunAll(attempt.first, ranking_compile, ranking_calibration));
+      KILN_ASSIGN_OR_RETURN(auto out, RunAll(attempt.first, ranking_compile, ranking_calibration));
       if (WorstScore(Compare(signature.output_keys, ranking_reference, out)) > tolerance) {
         continue;  // already beyond on the first batches: keep one more layer in fp32
       }
