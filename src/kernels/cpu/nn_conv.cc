@@ -167,20 +167,8 @@ class ConvKernel : public DnnlKernel {
     for (int i = 1; i < x_shape.rank(); ++i) {
       if (x_shape.dim(i) <= 0) return absl::OkStatus();  // Reshape packs for the plan's shape
     }
-    ReshapeContext model_shape;
-    model_shape.node = ctx.node;
-    model_shape.inputs = ctx.inputs;
-    model_shape.inputs[0].shape = x_shape;
-    model_shape.packed_constants = ctx.packed_constants;
-    model_shape.SetNumOutputs(1);
-    creating_ = true;
-    absl::Status packed;
-    try {
-      packed = ReshapeImpl(model_shape);
-    } catch (const dnnl::error&) {
-      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
-    }
-    creating_ = false;
+    const absl::Status packed = ReshapeForCreate(ctx, x_shape, &creating_,
+                                                 [&](ReshapeContext& c) { return ReshapeImpl(c); });
     reference_.reset();
     // A shape the real plans will not have (the graph's types disagree with W, or oneDNN has no
     // primitive for it): nothing packed here; Reshape reports or packs for the plan's shape.

@@ -65,6 +65,25 @@ void ExecutePrimitive(const dnnl::primitive& primitive, dnnl::stream& stream,
                           "could not execute a primitive");
 }
 
+absl::Status ReshapeForCreate(const CreateContext& ctx, const Shape& first_input, bool* creating,
+                              absl::FunctionRef<absl::Status(ReshapeContext&)> reshape) {
+  ReshapeContext model_shape;
+  model_shape.node = ctx.node;
+  model_shape.inputs = ctx.inputs;
+  model_shape.inputs[0].shape = first_input;
+  model_shape.packed_constants = ctx.packed_constants;
+  model_shape.SetNumOutputs(1);
+  *creating = true;
+  absl::Status packed;
+  try {
+    packed = reshape(model_shape);
+  } catch (const dnnl::error&) {
+    packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
+  }
+  *creating = false;
+  return packed;
+}
+
 absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
     PackedConstantCache* cache, const ir::Node& node, const memory::desc& user, const void* data,
     const memory::desc& packed) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/core/tensor.h"
@@ -133,6 +134,15 @@ class RawMemory {
 // dnnl::primitive::execute takes an unordered_map and builds a vector from it on every call.
 void ExecutePrimitive(const dnnl::primitive& primitive, dnnl::stream& stream,
                       std::initializer_list<dnnl_exec_arg_t> args);
+
+// Create's packing pass of a kernel on oneDNN primitives: runs `reshape` (the kernel's own
+// Reshape work) with `*creating` set, on the graph's inputs with input 0's shape replaced by
+// `first_input` (the graph's shape with its open dimensions made concrete), so that constant
+// weights are packed once per model for the layout oneDNN picks there. A oneDNN error (no
+// primitive for that shape) comes back as a Status like any other: the caller then drops what
+// it packed, and the plans' Reshape reports the error or packs for their own shape.
+absl::Status ReshapeForCreate(const CreateContext& ctx, const Shape& first_input, bool* creating,
+                              absl::FunctionRef<absl::Status(ReshapeContext&)> reshape);
 
 // `user` (a constant input's bytes) reordered into `packed`, the layout a primitive chose.
 // Through `cache` (ReshapeContext::packed_constants) when there is one, so every plan of the

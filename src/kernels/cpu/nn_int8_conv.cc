@@ -145,19 +145,8 @@ class Int8ConvKernel : public DnnlKernel {
     for (int i = 1; i < 4; ++i) {
       if (x_shape.dim(i) <= 0) return absl::OkStatus();  // Reshape packs for the plan's shape
     }
-    ReshapeContext model_shape;
-    model_shape.node = ctx.node;
-    model_shape.inputs = ctx.inputs;
-    model_shape.inputs[0].shape = x_shape;
-    model_shape.packed_constants = ctx.packed_constants;
-    creating_ = true;
-    absl::Status packed;
-    try {
-      packed = ReshapeImpl(model_shape);
-    } catch (const dnnl::error&) {
-      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
-    }
-    creating_ = false;
+    const absl::Status packed = ReshapeForCreate(ctx, x_shape, &creating_,
+                                                 [&](ReshapeContext& c) { return ReshapeImpl(c); });
     // Not a shape the plans will have: Reshape reports it, or packs for the plan's shape.
     if (!packed.ok()) w_ = PrimitiveWeights();
     return absl::OkStatus();

@@ -495,19 +495,8 @@ class Int8MatMulKernel : public DnnlKernel {
     for (int i = 0; i < a_shape.rank(); ++i) {
       if (a_shape.dim(i) < 0) a_shape.set_dim(i, 1);
     }
-    ReshapeContext model_shape;
-    model_shape.node = ctx.node;
-    model_shape.inputs = ctx.inputs;
-    model_shape.inputs[0].shape = a_shape;
-    model_shape.packed_constants = ctx.packed_constants;
-    creating_ = true;
-    absl::Status packed;
-    try {
-      packed = ReshapeImpl(model_shape);
-    } catch (const dnnl::error&) {
-      packed = absl::UnimplementedError("no oneDNN primitive for the graph's shape");
-    }
-    creating_ = false;
+    const absl::Status packed = ReshapeForCreate(ctx, a_shape, &creating_,
+                                                 [&](ReshapeContext& c) { return ReshapeImpl(c); });
     // Not a shape the plans will have: Reshape reports it, or packs for the plan's shape.
     if (!packed.ok()) packed_w_.reset();
     return absl::OkStatus();
