@@ -55,8 +55,9 @@ absl::StatusOr<std::shared_ptr<const CompiledPlan>> PlanCache::Get(
   // What compiling timed (threads per step, the AVX2 GEMM backend, Winograd) ran on made-up
   // inputs and outputs the size of the plan's values, since freed. glibc keeps freed heap
   // pages, and after large frees it raises its mmap threshold so that they come from the heap:
-  // ResNet-18 with Winograd kept 92-173 MB more per extra batch size at compile, 18-111 MB with
-  // this trim (docs/performance/runtime.md). A compile takes 0.1-2 s; the trim, milliseconds.
+  // ResNet-18 with Winograd kept 92-173 MB more per extra batch size at compile; with this trim
+  // (and the timing's tensors outside the tensor block cache) -7 to +2 MB
+  // (docs/performance/runtime.md). A compile takes 0.1-2 s; the trim, milliseconds.
   malloc_trim(0);
   return std::shared_ptr<const CompiledPlan>(*plan);
 }

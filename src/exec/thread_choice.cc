@@ -61,8 +61,9 @@ bool Timeable(const ir::Node& node, const kernels::ReshapeContext& ctx) {
 // more into the process's large-block cache (core/tensor.cc), which kept about one activation
 // arena per compiled batch size resident (ResNet-18: +15 to +71 MB per plan).
 std::shared_ptr<Buffer> ScratchBuffer(size_t bytes) {
-  const size_t rounded =
-      std::max<size_t>(1, (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment);
+  // aligned_alloc wants a multiple of the alignment, and a zero-size tensor still gets a block.
+  const size_t rounded = std::max<size_t>(
+      kTensorAlignment, (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment);
   void* data = std::aligned_alloc(kTensorAlignment, rounded);
   if (data == nullptr) throw std::bad_alloc();
   return Buffer::Wrap(data, bytes, [data] { std::free(data); });
@@ -97,8 +98,7 @@ class ScratchStep {
         }
       } else {
         inputs_[i] = ScratchTensor(in.dtype, in.shape);
-        if (inputs_[i].byte_size() > 0)
-          std::memset(inputs_[i].raw_data(), 0, inputs_[i].byte_size());
+        std::memset(inputs_[i].raw_data(), 0, inputs_[i].byte_size());
       }
     }
     outputs_.resize(ctx.output_dtypes.size());
@@ -144,7 +144,7 @@ class ScratchStep {
     std::vector<Tensor> copies;
     for (const Tensor& t : outputs_) {
       copies.push_back(ScratchTensor(t.dtype(), t.shape()));
-      if (t.byte_size() > 0) std::memcpy(copies.back().raw_data(), t.raw_data(), t.byte_size());
+      std::memcpy(copies.back().raw_data(), t.raw_data(), t.byte_size());
     }
     return copies;
   }

@@ -133,8 +133,7 @@ TEST(CompressionTest, TheGuardKeepsTheSensitiveLayerFp32) {
   EXPECT_EQ(Count(text, "kiln::DynamicQuantMatMul: 1"), 1) << text;
   // The ranking runs on the first batch only (16 of the 64 examples); the final accuracy is
   // measured on all of them.
-  EXPECT_NE(text.find("2 layers ranked alone on the first 16 examples"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("2 layers ranked alone on the first 16 examples"), std::string::npos) << text;
   EXPECT_NE(text.find("64 examples in 4 batches"), std::string::npos) << text;
 }
 
