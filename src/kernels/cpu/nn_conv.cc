@@ -29,8 +29,8 @@ struct ConvGeometry {
 };
 
 // Output size and padding for each spatial dimension per ONNX's Conv/ConvTranspose rules.
-absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& x,
-                                             const Shape& w, bool transpose) {
+absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& x, const Shape& w,
+                                             bool transpose) {
   const int spatial = x.rank() - 2;
   ConvGeometry g;
   g.kernel = node.GetInts("kernel_shape");
@@ -40,11 +40,13 @@ absl::StatusOr<ConvGeometry> ComputeGeometry(const ir::Node& node, const Shape& 
   g.strides = node.GetInts("strides", std::vector<int64_t>(spatial, 1));
   g.dilations = node.GetInts("dilations", std::vector<int64_t>(spatial, 1));
   std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * spatial, 0));
-  if (static_cast<int>(g.kernel.size()) != spatial || static_cast<int>(g.strides.size()) != spatial ||
-      static_cast<int>(g.dilations.size()) != spatial || static_cast<int>(pads.size()) != 2 * spatial) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        node.Describe(), ": kernel_shape/strides/dilations/pads do not match ", spatial,
-        " spatial dimensions of input ", x.ToString()));
+  if (static_cast<int>(g.kernel.size()) != spatial ||
+      static_cast<int>(g.strides.size()) != spatial ||
+      static_cast<int>(g.dilations.size()) != spatial ||
+      static_cast<int>(pads.size()) != 2 * spatial) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(), ": kernel_shape/strides/dilations/pads do not match ",
+                     spatial, " spatial dimensions of input ", x.ToString()));
   }
   for (int i = 0; i < spatial; ++i) {
     if (g.strides[i] < 1 || g.dilations[i] < 1) {
@@ -203,9 +205,9 @@ class ConvKernel : public DnnlKernel {
       }
     }
     if (x.shape.rank() < 3 || x.shape.rank() > 5 || w.shape.rank() != x.shape.rank()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(node_.Describe(), ": expects X of rank 3 to 5 and W of the same rank; got X ",
-                       x.shape.ToString(), " and W ", w.shape.ToString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": expects X of rank 3 to 5 and W of the same rank; got X ",
+          x.shape.ToString(), " and W ", w.shape.ToString()));
     }
     const int64_t group = node_.GetInt("group", 1);
     const int64_t n = x.shape.dim(0), c = x.shape.dim(1);
@@ -239,9 +241,10 @@ class ConvKernel : public DnnlKernel {
       y_layout_ = x.shape.rank() == 4 ? ctx.output_layout(0) : ir::MemoryLayout::kPlain;
       if (residual_index_ >= 0 && x.shape.rank() == 4 &&
           ctx.inputs[residual_index_].layout != y_layout_) {
-        return absl::UnimplementedError(absl::StrCat(
-            node_.Describe(), ": a convolution with no input channels and a residual in another "
-            "memory layout"));
+        return absl::UnimplementedError(
+            absl::StrCat(node_.Describe(),
+                         ": a convolution with no input channels and a residual in another "
+                         "memory layout"));
       }
       ctx.scratch_bytes = 0;
       ctx.SetNumOutputs(1);
@@ -262,8 +265,8 @@ class ConvKernel : public DnnlKernel {
     if (!transpose_) {
       static const memory::format_tag plain[] = {memory::format_tag::oiw, memory::format_tag::oihw,
                                                  memory::format_tag::oidhw};
-      static const memory::format_tag grouped[] = {memory::format_tag::goiw, memory::format_tag::goihw,
-                                                   memory::format_tag::goidhw};
+      static const memory::format_tag grouped[] = {
+          memory::format_tag::goiw, memory::format_tag::goihw, memory::format_tag::goidhw};
       w_.user = memory::desc(w_dims, memory::data_type::f32,
                              group > 1 ? grouped[spatial - 1] : plain[spatial - 1]);
     } else {
@@ -272,8 +275,10 @@ class ConvKernel : public DnnlKernel {
       int64_t k_prod = 1;
       for (int i = 0; i < spatial; ++i) k_prod *= w.shape.dim(2 + i);
       memory::dims strides_w;
-      if (group > 1) strides_w = {(c / group) * (m / group) * k_prod, k_prod, (m / group) * k_prod};
-      else strides_w = {k_prod, m * k_prod};
+      if (group > 1)
+        strides_w = {(c / group) * (m / group) * k_prod, k_prod, (m / group) * k_prod};
+      else
+        strides_w = {k_prod, m * k_prod};
       int64_t stride = 1;
       std::vector<int64_t> spatial_strides(spatial);
       for (int i = spatial - 1; i >= 0; --i) {
@@ -291,7 +296,8 @@ class ConvKernel : public DnnlKernel {
     user_r_desc_ = LayoutDesc(out_shape, residual_index_ >= 0 ? ctx.inputs[residual_index_].layout
                                                               : ir::MemoryLayout::kPlain);
     const memory::desc any_x(ToDnnlDims(x.shape), memory::data_type::f32, memory::format_tag::any);
-    const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc any_y(ToDnnlDims(out_shape), memory::data_type::f32,
+                             memory::format_tag::any);
     const memory::desc any_w(w_dims, memory::data_type::f32, memory::format_tag::any);
     bias_desc_ = has_bias_ ? memory::desc({m}, memory::data_type::f32, memory::format_tag::a)
                            : memory::desc();
@@ -394,9 +400,12 @@ class ConvKernel : public DnnlKernel {
     KILN_RETURN_IF_ERROR(
         w_.Prepare(ctx, node_, w, chosen_w, &offset, created ? &created->w_ : nullptr));
     if (creating_) return absl::OkStatus();
-    if (reorder_x_) x_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
+    if (reorder_x_)
+      x_reorder_ =
+          dnnl::reorder(dnnl::reorder::primitive_desc(engine, user_x_desc_, engine, chosen_x));
     if (reorder_y_) {
-      y_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
+      y_reorder_ =
+          dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen_y, engine, user_y_desc_));
     }
     // The residual is copied into the destination before the sum post-op; a reorder when its
     // layout is not the destination's.
@@ -547,7 +556,7 @@ class ConvKernel : public DnnlKernel {
   std::vector<PostOp> post_ops_;
   std::vector<PostOp> epilogue_;  // post-ops run after the primitive (nn_dnnl.h)
   bool has_bias_ = false;
-  bool empty_work_ = false;       // no input channels or no output: oneDNN is not called
+  bool empty_work_ = false;  // no input channels or no output: oneDNN is not called
   ir::MemoryLayout y_layout_ = ir::MemoryLayout::kPlain;  // (only read when empty_work_)
   int residual_index_ = -1;
   memory::desc user_x_desc_, user_y_desc_, user_r_desc_, x_desc_, y_desc_, scratch_desc_,
@@ -562,9 +571,10 @@ class ConvKernel : public DnnlKernel {
   dnnl::reorder x_reorder_, y_reorder_, residual_reorder_;
 };
 
-KILN_REGISTER_KERNEL("", "Conv", [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
-});
+KILN_REGISTER_KERNEL("", "Conv",
+                     [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(new ConvKernel(node, false));
+                     });
 KILN_REGISTER_KERNEL(ir::kKilnDomain, ir::kFusedConvOp,
                      [](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
                        return std::unique_ptr<OpKernel>(new ConvKernel(node, false));

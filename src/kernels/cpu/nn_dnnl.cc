@@ -40,7 +40,9 @@ memory::dims ToDnnlDims(const Shape& shape) {
   return memory::dims(shape.dims().begin(), shape.dims().end());
 }
 
-memory::dims ToDnnlDims(const std::vector<int64_t>& dims) { return memory::dims(dims.begin(), dims.end()); }
+memory::dims ToDnnlDims(const std::vector<int64_t>& dims) {
+  return memory::dims(dims.begin(), dims.end());
+}
 
 RawMemory::RawMemory(const memory::desc& desc, const void* data) {
   dnnl::error::wrap_c_api(
@@ -84,9 +86,11 @@ absl::Status ReshapeForCreate(const CreateContext& ctx, const Shape& first_input
   return packed;
 }
 
-absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
-    PackedConstantCache* cache, const ir::Node& node, const memory::desc& user, const void* data,
-    const memory::desc& packed) {
+absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(PackedConstantCache* cache,
+                                                                 const ir::Node& node,
+                                                                 const memory::desc& user,
+                                                                 const void* data,
+                                                                 const memory::desc& packed) {
   auto pack = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const dnnl::memory>, size_t>> {
     auto& engine = CpuEngine();
     auto memory = std::make_shared<dnnl::memory>(packed, engine);
@@ -176,13 +180,20 @@ int64_t ChannelAt(int64_t i, const Shape& shape, ir::MemoryLayout layout) {
 
 memory::format_tag PlainTag(int rank) {
   switch (rank) {
-    case 1: return memory::format_tag::a;
-    case 2: return memory::format_tag::ab;
-    case 3: return memory::format_tag::abc;
-    case 4: return memory::format_tag::abcd;
-    case 5: return memory::format_tag::abcde;
-    case 6: return memory::format_tag::abcdef;
-    default: return memory::format_tag::undef;
+    case 1:
+      return memory::format_tag::a;
+    case 2:
+      return memory::format_tag::ab;
+    case 3:
+      return memory::format_tag::abc;
+    case 4:
+      return memory::format_tag::abcd;
+    case 5:
+      return memory::format_tag::abcde;
+    case 6:
+      return memory::format_tag::abcdef;
+    default:
+      return memory::format_tag::undef;
   }
 }
 
@@ -198,13 +209,20 @@ struct ActivationMapping {
 };
 
 constexpr ActivationMapping kActivations[] = {
-    {"Relu", algorithm::eltwise_relu},         {"LeakyRelu", algorithm::eltwise_relu},
-    {"Clip", algorithm::eltwise_clip},         {"Sigmoid", algorithm::eltwise_logistic},
-    {"Tanh", algorithm::eltwise_tanh},         {"Elu", algorithm::eltwise_elu},
-    {"HardSwish", algorithm::eltwise_hardswish}, {"Softplus", algorithm::eltwise_soft_relu},
-    {"Gelu", algorithm::eltwise_gelu_erf},     {"GeluTanh", algorithm::eltwise_gelu_tanh},
-    {"Exp", algorithm::eltwise_exp},           {"Abs", algorithm::eltwise_abs},
-    {"Sqrt", algorithm::eltwise_sqrt},         {"Square", algorithm::eltwise_square},
+    {"Relu", algorithm::eltwise_relu},
+    {"LeakyRelu", algorithm::eltwise_relu},
+    {"Clip", algorithm::eltwise_clip},
+    {"Sigmoid", algorithm::eltwise_logistic},
+    {"Tanh", algorithm::eltwise_tanh},
+    {"Elu", algorithm::eltwise_elu},
+    {"HardSwish", algorithm::eltwise_hardswish},
+    {"Softplus", algorithm::eltwise_soft_relu},
+    {"Gelu", algorithm::eltwise_gelu_erf},
+    {"GeluTanh", algorithm::eltwise_gelu_tanh},
+    {"Exp", algorithm::eltwise_exp},
+    {"Abs", algorithm::eltwise_abs},
+    {"Sqrt", algorithm::eltwise_sqrt},
+    {"Square", algorithm::eltwise_square},
 };
 
 }  // namespace

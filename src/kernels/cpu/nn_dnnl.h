@@ -35,7 +35,8 @@ dnnl::memory::dims ToDnnlDims(const Shape& shape);
 dnnl::memory::dims ToDnnlDims(const std::vector<int64_t>& dims);
 // Plain row-major layout tag for a rank (a, ab, abc, ...).
 dnnl::memory::format_tag PlainTag(int rank);
-dnnl::memory::desc PlainDesc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+dnnl::memory::desc PlainDesc(const Shape& shape,
+                             dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 // The f32 descriptor of a rank-4 [N, C, H, W] value whose bytes are in `layout` (ir::Value's
 // layout, which the optimizer chose); PlainDesc for kPlain or another rank.
 dnnl::memory::desc LayoutDesc(const Shape& shape, ir::MemoryLayout layout);
@@ -147,9 +148,11 @@ absl::Status ReshapeForCreate(const CreateContext& ctx, const Shape& first_input
 // `user` (a constant input's bytes) reordered into `packed`, the layout a primitive chose.
 // Through `cache` (ReshapeContext::packed_constants) when there is one, so every plan of the
 // model shares one packed copy per node and layout; the kernel's own copy otherwise.
-absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(
-    PackedConstantCache* cache, const ir::Node& node, const dnnl::memory::desc& user,
-    const void* data, const dnnl::memory::desc& packed);
+absl::StatusOr<std::shared_ptr<const dnnl::memory>> PackConstant(PackedConstantCache* cache,
+                                                                 const ir::Node& node,
+                                                                 const dnnl::memory::desc& user,
+                                                                 const void* data,
+                                                                 const dnnl::memory::desc& packed);
 
 // A primitive's weights in the layout it chose: packed once per model when they are a
 // constant, else reordered into scratch on every run; the input itself when the layouts agree.

@@ -631,8 +631,8 @@ class Int8MatMulKernel : public DnnlKernel {
 
   // Per run state: the primitive's memory objects and arguments (kernel.h's KernelRunState).
   std::unique_ptr<SrcWeightsDstRunState> MakeRunState() const {
-    return SrcWeightsDstRunState::Make(src_desc_, memory::desc(), packed_w_.get(),
-                                       memory::desc(), acc_desc_, scratch_desc_);
+    return SrcWeightsDstRunState::Make(src_desc_, memory::desc(), packed_w_.get(), memory::desc(),
+                                       acc_desc_, scratch_desc_);
   }
   std::unique_ptr<KernelRunState> NewRunState() const override {
     return NewDnnlRunState([&] { return MakeRunState(); });

@@ -329,18 +329,18 @@ class MatMulKernel : public OpKernel {
       ExecuteOneDnn(*state, a, b_data, bias_index_ >= 0 ? bias.data() : nullptr, c,
                     scratch_aligned);
     };
-    KILN_ASSIGN_OR_RETURN(
-        GemmChoice choice,
-        ChooseGemmBackend(ctx.packed_constants, ctx.node ? ctx.node : &node_, gemm_,
-                          static_cast<const float*>(b_data),
-                          ctx.intra_op_threads, brgemm, run_onednn));
+    KILN_ASSIGN_OR_RETURN(GemmChoice choice,
+                          ChooseGemmBackend(ctx.packed_constants, ctx.node ? ctx.node : &node_,
+                                            gemm_, static_cast<const float*>(b_data),
+                                            ctx.intra_op_threads, brgemm, run_onednn));
     backend_ = choice.backend;
     packed_gemm_b_ = std::move(choice.packed);
     return absl::OkStatus();
   }
 
-  // The product on OpenBLAS or the packed kernel, then what oneDNN would have fused, in the unfused ops' order:
-  // bias (or Gemm's beta * C, written first and accumulated into), then the activations.
+  // The product on OpenBLAS or the packed kernel, then what oneDNN would have fused, in the unfused
+  // ops' order: bias (or Gemm's beta * C, written first and accumulated into), then the
+  // activations.
   absl::Status OpenBlasCompute(ComputeContext& ctx) const {
     Tensor& y = ctx.outputs[0];
     float* yv = y.data<float>();
