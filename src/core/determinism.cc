@@ -22,9 +22,9 @@ bool EnvironmentAsksForDeterminism() {
 
 void EnableOpDeterminism() { enabled.store(true, std::memory_order_relaxed); }
 
+// Read at each call (plan compiles, not runs), like KILN_THREAD_CHOICE.
 bool OpDeterminismEnabled() {
-  static const bool from_environment = EnvironmentAsksForDeterminism();
-  return from_environment || enabled.load(std::memory_order_relaxed);
+  return enabled.load(std::memory_order_relaxed) || EnvironmentAsksForDeterminism();
 }
 
 }  // namespace kiln

@@ -355,6 +355,17 @@ TEST(ThreadChoiceTest, OneThreadThatComputesOtherBitsIsNotChosen) {
   EXPECT_EQ(0, std::memcmp(a[0].raw_data(), b[0].raw_data(), a[0].byte_size()));
 }
 
+// TensorFlow's variable turns op determinism on, and so the timing off.
+TEST(ThreadChoiceTest, TfDeterministicOpsTurnsTimingOff) {
+  ASSERT_EQ(setenv("TF_DETERMINISTIC_OPS", "1", 1), 0);
+  EXPECT_TRUE(OpDeterminismEnabled());
+  EXPECT_EQ(*ResolveThreadChoiceMode(ThreadChoiceMode::kAuto), ThreadChoiceMode::kOff);
+  ASSERT_EQ(setenv("TF_DETERMINISTIC_OPS", "0", 1), 0);
+  EXPECT_FALSE(OpDeterminismEnabled());
+  EXPECT_EQ(*ResolveThreadChoiceMode(ThreadChoiceMode::kAuto), ThreadChoiceMode::kAuto);
+  ASSERT_EQ(unsetenv("TF_DETERMINISTIC_OPS"), 0);
+}
+
 // Op determinism (TF_DETERMINISTIC_OPS=1, kiln/core/determinism.h) turns timing off; forced
 // modes stay. Last in the file: determinism stays on in this process.
 TEST(ThreadChoiceTest, OpDeterminismTurnsTimingOff) {
