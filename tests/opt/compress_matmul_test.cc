@@ -219,6 +219,50 @@ TEST_P(CompressMatMulTest, GemmTransBAlphaBetaAndRank3ResidualMatMul) {
   }
 }
 
+TEST_P(CompressMatMulTest, BiasResidualAndReluOverManyRowBlocks) {
+  // The kernel dequantizes, adds the bias, the residual and applies Relu block by block of
+  // rows (8192 floats: 128 rows of N = 64): 300 rows make several blocks, full and partial,
+  // however the threads share them, and a NaN row past the first block stays in its row.
+  const int64_t k = 48, n = 64, rows = 300, nan_row = 170;
+  Graph g;
+  const ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {rows, k}));
+  const ValueId skip = g.AddValue("skip", ir::TensorType::Of(DType::kFloat32, {rows, n}));
+  g.inputs = {x, skip};
+  Tensor wt = Random(Shape{k, n}, 61, -0.5f, 0.5f);
+  const ValueId w = g.AddConstant("w", wt);
+  const ValueId b = g.AddConstant("b", Random(Shape{n}, 62));
+  ValueId y = g.node(g.AddNode("MatMul", {x, w}, 1, {}, "mm")).outputs[0];
+  y = g.node(g.AddNode("Add", {y, b}, 1, {}, "bias")).outputs[0];
+  y = g.node(g.AddNode("Add", {y, skip}, 1, {}, "res")).outputs[0];
+  y = g.node(g.AddNode("Relu", {y}, 1, {}, "relu")).outputs[0];
+  g.outputs = {y};
+  CompressionOptions options;
+  options.vnni = GetParam();
+  OptimizationLog log;
+  const Graph int8 = Optimized(g, &options, &log);
+  ASSERT_EQ(CountOp(int8, ir::kDynamicQuantMatMulOp), 1) << int8.ToString();
+  Tensor xin = Random(Shape{rows, k}, 63), sin = Random(Shape{rows, n}, 64, -3, 3);
+  xin.data<float>()[nan_row * k + 5] = NAN;
+  const auto ref = RunGraph(Optimized(g, nullptr, &log), {xin, sin});
+  const auto got = RunGraph(int8, {xin, sin});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].shape(), (Shape{rows, n}));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float want = ref[0].data<float>()[r * n + j], have = got[0].data<float>()[r * n + j];
+      if (r == nan_row) {
+        ASSERT_TRUE(std::isnan(want)) << j;
+        ASSERT_TRUE(std::isnan(have)) << j;
+        continue;
+      }
+      // Relu is 1-Lipschitz and the bias and residual are added exactly as in fp32.
+      ASSERT_LE(std::fabs(want - have),
+                Int8Bound(xin.data<float>() + r * k, wt, j, options.vnni ? 8 : 7))
+          << r << "," << j;
+    }
+  }
+}
+
 TEST_P(CompressMatMulTest, NaNAndInfRowsPropagateAsInFp32) {
   const int64_t k = 32, n = 16;
   Mlp m = LinearRelu(k, n, 31, /*relu=*/false);
