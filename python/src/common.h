@@ -56,8 +56,29 @@ inline void Check(const absl::Status& status) {
 absl::Status StatusFromPythonError(py::error_already_set& error);
 
 // Drops a reference taking the GIL, from any thread; a no-op once the interpreter is
-// finalizing (the object is then leaked rather than touched after Python is gone).
+// exiting (the object is then leaked rather than touched after Python is gone).
 void DecRefWithGil(PyObject* object);
+
+// Calls into Python from Kiln's own threads (map functions, predicates, generators running in
+// a pipeline), counted so that the interpreter's exit waits for those in flight and refuses new
+// ones, as Python waits for its non-daemon threads: an interpreter that finalizes while a
+// pipeline thread is inside a Python function (a time.sleep, a slow decode) ends that thread
+// when it takes the GIL back, inside Kiln's C++ frames, which aborts or crashes the process.
+// Take one before acquiring the GIL; entered() is false once the interpreter is exiting, and
+// the call must then not touch Python.
+class ScopedPythonCall {
+ public:
+  ScopedPythonCall();
+  ~ScopedPythonCall();
+  ScopedPythonCall(const ScopedPythonCall&) = delete;
+  ScopedPythonCall& operator=(const ScopedPythonCall&) = delete;
+  bool entered() const { return entered_; }
+
+ private:
+  bool entered_;
+};
+// The status of a call refused because the interpreter is exiting.
+absl::Status InterpreterExiting();
 
 // ---- tensors ----
 

@@ -61,6 +61,8 @@ py::object CallWithElement(py::handle fn, Element&& element) {
 
 data::MapFn PythonMapFn(std::shared_ptr<PyRef> fn) {
   return [fn](Element in) -> absl::StatusOr<Element> {
+    ScopedPythonCall call;
+    if (!call.entered()) return InterpreterExiting();
     // Everything that touches Python objects, including their destruction, in this scope.
     py::gil_scoped_acquire gil;
     return CallPython<Element>([&]() -> absl::StatusOr<Element> {
@@ -72,6 +74,8 @@ data::MapFn PythonMapFn(std::shared_ptr<PyRef> fn) {
 
 data::PredicateFn PythonPredicate(std::shared_ptr<PyRef> fn) {
   return [fn](const Element& in) -> absl::StatusOr<bool> {
+    ScopedPythonCall call;
+    if (!call.entered()) return InterpreterExiting();
     py::gil_scoped_acquire gil;
     return CallPython<bool>([&]() -> absl::StatusOr<bool> {
       Element copy = in;  // the predicate sees views of the element's tensors (read-only)
@@ -85,6 +89,8 @@ data::PredicateFn PythonPredicate(std::shared_ptr<PyRef> fn) {
 
 data::DatasetFn PythonDatasetFn(std::shared_ptr<PyRef> fn) {
   return [fn](Element in) -> absl::StatusOr<Dataset> {
+    ScopedPythonCall call;
+    if (!call.entered()) return InterpreterExiting();
     py::gil_scoped_acquire gil;
     return CallPython<Dataset>([&]() -> absl::StatusOr<Dataset> {
       py::object out = CallWithElement(fn->get(), std::move(in));
@@ -103,6 +109,10 @@ data::DatasetFn PythonDatasetFn(std::shared_ptr<PyRef> fn) {
 // like tf.data.Dataset.from_generator's generator.
 std::function<data::Generator()> PythonGenerator(std::shared_ptr<PyRef> make_iterator) {
   return [make_iterator]() -> data::Generator {
+    ScopedPythonCall call;
+    if (!call.entered()) {
+      return []() -> absl::StatusOr<std::optional<Element>> { return InterpreterExiting(); };
+    }
     py::gil_scoped_acquire gil;
     absl::StatusOr<py::object> started =
         CallPython<py::object>([&]() -> absl::StatusOr<py::object> {
@@ -118,6 +128,8 @@ std::function<data::Generator()> PythonGenerator(std::shared_ptr<PyRef> make_ite
     }
     auto iterator = std::make_shared<PyRef>(*std::move(started));
     return [iterator]() -> absl::StatusOr<std::optional<Element>> {
+      ScopedPythonCall call;
+      if (!call.entered()) return InterpreterExiting();
       py::gil_scoped_acquire gil;
       return CallPython<std::optional<Element>>([&]() -> absl::StatusOr<std::optional<Element>> {
         PyObject* next = PyIter_Next(iterator->get().ptr());

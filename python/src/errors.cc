@@ -1,12 +1,16 @@
 // Kiln statuses as Python exceptions, and Python exceptions carried through Kiln as statuses.
 #include <array>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/cord.h"
 #include "common.h"
 
 namespace kiln::python {
 namespace {
+
+void WaitForPythonCallsAtExit();
 
 // The exception classes, created once when the module is imported and alive as long as the
 // module (they are attributes of it). Index: absl::StatusCode value.
@@ -61,6 +65,7 @@ PyObject* CarriedException(const absl::Status& status) {
 }  // namespace
 
 void RegisterErrors(py::module_& m) {
+  py::module_::import("atexit").attr("register")(py::cpp_function(&WaitForPythonCallsAtExit));
   g_error = PyErr_NewExceptionWithDoc(
       "kiln.Error",
       "Base class of the errors Kiln reports. `code` names the status code "
@@ -137,8 +142,61 @@ absl::Status StatusFromPythonError(py::error_already_set& error) {
   return status;
 }
 
+namespace {
+
+// ScopedPythonCall's count, and the flag the atexit handler sets.
+struct PythonCalls {
+  std::mutex mu;
+  std::condition_variable idle;
+  int64_t in_flight = 0;
+  bool exiting = false;
+};
+PythonCalls& Calls() {
+  static PythonCalls* calls = new PythonCalls;  // never destroyed: used by threads at exit
+  return *calls;
+}
+
+bool Exiting() {
+  PythonCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  return calls.exiting;
+}
+
+// Registered with Python's atexit (run with the GIL held, before finalization): refuses new
+// calls, then waits for those in flight, without the GIL, which they need to return.
+void WaitForPythonCallsAtExit() {
+  PythonCalls& calls = Calls();
+  {
+    std::lock_guard<std::mutex> lock(calls.mu);
+    calls.exiting = true;
+  }
+  py::gil_scoped_release nogil;
+  std::unique_lock<std::mutex> lock(calls.mu);
+  calls.idle.wait(lock, [&] { return calls.in_flight == 0; });
+}
+
+}  // namespace
+
+ScopedPythonCall::ScopedPythonCall() {
+  PythonCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  entered_ = !calls.exiting;
+  if (entered_) ++calls.in_flight;
+}
+
+ScopedPythonCall::~ScopedPythonCall() {
+  if (!entered_) return;
+  PythonCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mu);
+  if (--calls.in_flight == 0) calls.idle.notify_all();
+}
+
+absl::Status InterpreterExiting() {
+  return absl::CancelledError("the Python interpreter is exiting: no more Python calls");
+}
+
 void DecRefWithGil(PyObject* object) {
-  if (object == nullptr || _Py_IsFinalizing()) return;
+  if (object == nullptr || _Py_IsFinalizing() || Exiting()) return;
   PyGILState_STATE state = PyGILState_Ensure();
   Py_DECREF(object);
   PyGILState_Release(state);

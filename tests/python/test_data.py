@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -363,6 +365,37 @@ def test_ctrl_c_while_the_pipeline_is_stalled_raises_keyboard_interrupt():
         next(it)
     assert time.monotonic() - start < 1.5  # not after the 2 s element
     del it  # the interrupted GetNext finishes on its own thread
+
+
+def test_exit_while_a_pipeline_thread_runs_a_python_function():
+    # The interpreter exits while a pipeline thread is inside a Python map function (the
+    # request that Ctrl-C interrupted goes on): the exit waits for the call in flight and
+    # refuses new ones. Before, the thread was ended inside Kiln's frames when it took the GIL
+    # back during finalization, and the process aborted after its last line (3 runs in 5 with
+    # torch imported, whose teardown gives the thread time to wake).
+    pytest.importorskip("torch")
+    code = "\n".join([
+        "import os, signal, threading, time",
+        "import torch",
+        "from kiln.data import Dataset",
+        "def slow(x):",
+        "    time.sleep(0.05 if x == 0 else 0.3)",
+        "    return x",
+        "stalled = iter(Dataset.range(3).map(slow))",
+        "next(stalled)",
+        "threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()",
+        "try:",
+        "    next(stalled)",
+        "except KeyboardInterrupt:",
+        "    pass",
+        "del stalled",
+        "print('done', flush=True)",
+    ])
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "done"
 
 
 # ---- options and stats ----

@@ -1,0 +1,226 @@
+// Relu and Clip run inside oneDNN's convolution on the runs whose input cannot make a sum NaN
+// (GuardedActivation, src/kernels/cpu/nn_dnnl.h), in the epilogue otherwise. A MobileNet-style
+// chain (1x1 conv + ReLU6, depthwise 3x3 + ReLU6, 1x1 conv + Relu), optimized and compiled as
+// the runtime does, must give the bits of the same plan with every activation in the epilogue
+// (KILN_GUARDED_ACTIVATION=0) on finite inputs, on NaN, on inputs large enough to overflow,
+// and on zeros (the sign of zero), and must take the path each case calls for. Built twice: as
+// is and capped to AVX2 (another layout, nChw8c, and other oneDNN kernels).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/nn_dnnl.h"
+#include "kiln/core/cpu_isa.h"
+#include "kiln/exec/node_evaluator.h"
+#include "kiln/exec/plan.h"
+#include "kiln/opt/pass.h"
+
+namespace kiln {
+namespace {
+
+#ifdef KILN_TEST_MAX_ISA
+const bool kIsaCapped = [] {
+  if (!SetMaxCpuIsa(KILN_TEST_MAX_ISA).ok()) std::abort();
+  return true;
+}();
+#endif
+
+using ir::Graph;
+using ir::NodeId;
+using ir::ValueId;
+using kernels::nn::GuardedActivationRunCounts;
+using kernels::nn::GuardedActivationRuns;
+
+class ScopedGuardOff {
+ public:
+  ScopedGuardOff() { setenv("KILN_GUARDED_ACTIVATION", "0", 1); }
+  ~ScopedGuardOff() { unsetenv("KILN_GUARDED_ACTIVATION"); }
+};
+
+Tensor Random(Shape shape, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Tensor t(DType::kFloat32, shape);
+  for (float& v : t.span<float>()) v = dist(rng);
+  return t;
+}
+
+constexpr int64_t kBatch = 2, kIn = 16, kMid = 48, kSize = 12;
+
+// x -> Conv 1x1 (+bias) -> Clip(0, 6) -> depthwise Conv 3x3 (+bias) -> Clip(0, 6)
+//   -> Conv 1x1 (no bias) -> Relu, optimized (fusion, activation layouts). A nonzero `sign`
+// gives every weight and bias that sign.
+Graph Chain(float sign = 0.0f) {
+  Graph g;
+  const ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {-1, kIn, kSize, kSize}));
+  g.inputs = {x};
+  auto constant = [&](Shape shape, uint32_t seed) {
+    Tensor w = Random(shape, seed, -0.5f, 0.5f);
+    if (sign != 0.0f) {
+      for (float& v : w.span<float>()) v = sign * (std::fabs(v) + 0.01f);
+    }
+    return w;
+  };
+  const ValueId w1 = g.AddConstant("w1", constant(Shape{kMid, kIn, 1, 1}, 1));
+  const ValueId b1 = g.AddConstant("b1", constant(Shape{kMid}, 2));
+  const ValueId w2 = g.AddConstant("w2", constant(Shape{kMid, 1, 3, 3}, 3));
+  const ValueId b2 = g.AddConstant("b2", constant(Shape{kMid}, 4));
+  const ValueId w3 = g.AddConstant("w3", constant(Shape{kIn, kMid, 1, 1}, 5));
+  const ValueId lo = g.AddConstant("lo", Tensor::Scalar(0.0f));
+  const ValueId hi = g.AddConstant("hi", Tensor::Scalar(6.0f));
+  auto out = [&](NodeId id) { return g.node(id).outputs[0]; };
+  ValueId y = out(g.AddNode("Conv", {x, w1, b1}, 1, {}, "expand"));
+  y = out(g.AddNode("Clip", {y, lo, hi}, 1, {}, "relu6_1"));
+  y = out(g.AddNode("Conv", {y, w2, b2}, 1,
+                    {{"group", kMid}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}, "depthwise"));
+  y = out(g.AddNode("Clip", {y, lo, hi}, 1, {}, "relu6_2"));
+  y = out(g.AddNode("Conv", {y, w3}, 1, {}, "project"));
+  y = out(g.AddNode("Relu", {y}, 1, {}, "relu"));
+  g.outputs = {y};
+  opt::PassOptions options;
+  const exec::KernelEvaluator evaluator;
+  options.evaluator = &evaluator;
+  opt::OptimizationLog log;
+  EXPECT_TRUE(opt::Optimize(g, options, &log).ok());
+  EXPECT_TRUE(ir::InferShapes(g).ok());
+  return g;
+}
+
+int CountFusedConvs(const Graph& g) {
+  int n = 0;
+  for (const ir::Node& node : g.nodes()) n += !node.removed && node.op == ir::kFusedConvOp;
+  return n;
+}
+
+Tensor RunPlan(const Graph& graph, const Tensor& x) {
+  exec::CompileOptions options;
+  options.intra_op_threads = 2;
+  options.intra_op_openmp = true;
+  auto plan = exec::CompiledPlan::Compile(std::make_shared<Graph>(graph), {x.shape()}, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return Tensor();
+  std::vector<Tensor> outputs;
+  const absl::Status status = (*plan)->Run({x}, &outputs);
+  EXPECT_TRUE(status.ok()) << status;
+  return outputs.empty() ? Tensor() : outputs[0];
+}
+
+// Runs the chain with the guard and with every activation in the epilogue; expects the same
+// bits, and returns how many convolutions ran their activation inside and in the epilogue.
+GuardedActivationRuns RunBoth(const Graph& graph, const Tensor& x) {
+  const GuardedActivationRuns before = GuardedActivationRunCounts();
+  const Tensor guarded = RunPlan(graph, x);
+  const GuardedActivationRuns after = GuardedActivationRunCounts();
+  Tensor epilogue;
+  {
+    ScopedGuardOff off;
+    epilogue = RunPlan(graph, x);
+  }
+  const GuardedActivationRuns untouched = GuardedActivationRunCounts();
+  EXPECT_EQ(untouched.inside, after.inside);  // the switch turns the guard off
+  EXPECT_EQ(untouched.epilogue, after.epilogue);
+  EXPECT_EQ(guarded.shape(), epilogue.shape());
+  EXPECT_EQ(guarded.shape(), (Shape{kBatch, kIn, kSize, kSize}));
+  if (guarded.shape() == epilogue.shape()) {
+    const float* a = guarded.data<float>();
+    const float* b = epilogue.data<float>();
+    for (int64_t i = 0; i < guarded.num_elements(); ++i) {
+      uint32_t bits_a, bits_b;
+      std::memcpy(&bits_a, a + i, 4);
+      std::memcpy(&bits_b, b + i, 4);
+      if (bits_a != bits_b) {
+        ADD_FAILURE() << "element " << i << ": " << a[i] << " guarded, " << b[i] << " epilogue";
+        break;
+      }
+    }
+  }
+  // The plan compile times its steps on made-up inputs too: count runs of this run only by
+  // looking at the difference, which includes those timing runs (all finite: inside).
+  return {after.inside - before.inside, after.epilogue - before.epilogue};
+}
+
+TEST(GuardedActivation, FiniteInputsRunInsideWithTheSameBits) {
+  const Graph g = Chain();
+  ASSERT_EQ(CountFusedConvs(g), 3) << g.ToString();
+  const GuardedActivationRuns runs = RunBoth(g, Random(Shape{kBatch, kIn, kSize, kSize}, 7, -3, 3));
+  EXPECT_GE(runs.inside, 3);
+  EXPECT_EQ(runs.epilogue, 0);
+}
+
+TEST(GuardedActivation, NaNInputRunsTheEpilogueAndStaysNaN) {
+  const Graph g = Chain();
+  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 8, -3, 3);
+  x.data<float>()[5 * kSize + 5] = NAN;  // image 0, channel 0
+  const GuardedActivationRuns runs = RunBoth(g, x);
+  // Each conv reads NaN: the first in the graph input, the next two in what the epilogue
+  // left (the plan hands no bound on from a conv that ran its epilogue).
+  EXPECT_GE(runs.epilogue, 3);
+  const Tensor y = RunPlan(g, x);
+  EXPECT_TRUE(std::isnan(y.data<float>()[5 * kSize + 5]));
+}
+
+TEST(GuardedActivation, InputsThatCouldOverflowRunTheEpilogue) {
+  const Graph g = Chain();
+  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 9, -3, 3);
+  for (int64_t c = 0; c < kIn; ++c) x.data<float>()[c * kSize * kSize] = c % 2 ? 3e38f : -3e38f;
+  const GuardedActivationRuns runs = RunBoth(g, x);
+  EXPECT_GE(runs.epilogue, 1);
+}
+
+TEST(GuardedActivation, ZeroInputsKeepTheSignOfZero) {
+  // With negative weights and biases, zero inputs give negative sums, clipped to zeros, so the
+  // last conv (no bias) sums only -0.0 products: the sums must come out as the epilogue path
+  // has them (oneDNN's accumulators start at +0.0), Relu and Clip of them alike.
+  for (float sign : {-1.0f, 1.0f}) {
+    const Graph g = Chain(sign);
+    Tensor x(DType::kFloat32, Shape{kBatch, kIn, kSize, kSize});
+    for (float& v : x.span<float>()) v = 0.0f;
+    const GuardedActivationRuns runs = RunBoth(g, x);
+    EXPECT_GE(runs.inside, 3) << sign;
+    Tensor neg(DType::kFloat32, Shape{kBatch, kIn, kSize, kSize});
+    for (float& v : neg.span<float>()) v = -0.0f;
+    RunBoth(g, neg);
+  }
+}
+
+TEST(GuardedActivation, PlanChecksTheEpilogueAndTheConstants) {
+  using kernels::nn::PlanGuardedActivation;
+  using kernels::nn::PostOp;
+  const float w[] = {1.0f, -2.0f, 3.0f, 0.5f};  // two channels: sum |w| = 3 and 3.5
+  const float bias[] = {0.5f, -1.0f};
+  const float kMax = std::numeric_limits<float>::max();
+  auto guard = PlanGuardedActivation({PostOp{"Clip", 0.0f, 6.0f}}, w, 2, 2, bias);
+  ASSERT_TRUE(guard.usable);
+  EXPECT_FLOAT_EQ(guard.input_limit, static_cast<float>((kMax / 8.0 - 1.0) / 3.5));
+  EXPECT_EQ(guard.output_bound, 6.0f);
+  guard = PlanGuardedActivation({PostOp{"Relu", 0.0f, 0.0f}}, w, 2, 2, nullptr);
+  ASSERT_TRUE(guard.usable);
+  EXPECT_EQ(guard.output_bound, std::numeric_limits<float>::infinity());  // Relu: unbounded
+  // Not usable: another activation, two of them, a -0.0 bias or Clip bound, a NaN bound,
+  // a weight or bias that is not finite.
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Sigmoid", 0, 0}}, w, 2, 2, bias).usable);
+  EXPECT_FALSE(
+      PlanGuardedActivation({PostOp{"Relu", 0, 0}, PostOp{"Relu", 0, 0}}, w, 2, 2, bias).usable);
+  const float negative_zero_bias[] = {0.5f, -0.0f};
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Relu", 0, 0}}, w, 2, 2, negative_zero_bias).usable);
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Clip", -0.0f, 6.0f}}, w, 2, 2, bias).usable);
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Clip", 0.0f, NAN}}, w, 2, 2, bias).usable);
+  const float inf_w[] = {1.0f, INFINITY, 3.0f, 0.5f};
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Relu", 0, 0}}, inf_w, 2, 2, bias).usable);
+  const float nan_bias[] = {NAN, 1.0f};
+  EXPECT_FALSE(PlanGuardedActivation({PostOp{"Relu", 0, 0}}, w, 2, 2, nan_bias).usable);
+  {
+    ScopedGuardOff off;
+    EXPECT_FALSE(PlanGuardedActivation({PostOp{"Relu", 0, 0}}, w, 2, 2, bias).usable);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
