@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,9 @@ using ir::kNoValue;
 using ir::ValueId;
 
 namespace {
+
+// ComputeContext's bound of a value about which nothing is known.
+constexpr float kNoBound = std::numeric_limits<float>::infinity();
 
 enum class SlotKind : uint8_t {
   kUnused,
@@ -116,6 +120,9 @@ class RunState {
   std::shared_ptr<Buffer> arena;
   std::vector<Tensor> step_inputs;
   std::vector<Tensor> step_outputs;
+  // ComputeContext::input_bounds and output_bounds of every step, positioned as the tensors.
+  std::vector<float> step_input_bounds;
+  std::vector<float> step_output_bounds;
   // One per step (null where the kernel has none): the kernel's per-run objects (oneDNN
   // memory objects re-pointed each run), made with the run state so Compute allocates nothing.
   std::vector<std::unique_ptr<kernels::KernelRunState>> kernel_states;
@@ -695,6 +702,8 @@ std::unique_ptr<RunState> CompiledPlan::AcquireState() const {
   state->arena = Buffer::Allocate(std::max<size_t>(arena_bytes_, 1));
   state->step_inputs.resize(total_step_inputs_);
   state->step_outputs.resize(total_step_outputs_);
+  state->step_input_bounds.resize(total_step_inputs_);
+  state->step_output_bounds.resize(total_step_outputs_);
   state->kernel_states.resize(steps_.size());
   for (size_t i = 0; i < steps_.size(); ++i) {
     // Steps reshaped at run time get a new kernel per run, hence no state of their own.
@@ -807,6 +816,11 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
   if (!step.prepare_at_run_time) {
     ctx.run_state = state.kernel_states[&step - steps_.data()].get();
   }
+  ctx.input_bounds = absl::Span<const float>(state.step_input_bounds.data() + step.input_begin,
+                                             step.inputs.size());
+  ctx.output_bounds =
+      absl::Span<float>(state.step_output_bounds.data() + step.output_begin, step.outputs.size());
+  std::fill(ctx.output_bounds.begin(), ctx.output_bounds.end(), kNoBound);
   PlanSubgraphRunner runner(this, &state, inputs, parent);
   if (step.has_subgraphs) ctx.subgraphs = &runner;
   for (int i : step.dynamic_outputs) ctx.outputs[i] = Tensor();
@@ -828,6 +842,12 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
     }
   }
   Publish(step, state);
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
+    if (ctx.output_bounds[k] == kNoBound) continue;
+    for (int p : values_[step.outputs[k]].consumer_positions) {
+      state.step_input_bounds[p] = ctx.output_bounds[k];
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -854,6 +874,7 @@ absl::Status CompiledPlan::RunWithParent(absl::Span<const Tensor> inputs,
   }
   std::unique_ptr<RunState> state = AcquireState();
   state->memory.Reset(planned_bytes_);
+  std::fill(state->step_input_bounds.begin(), state->step_input_bounds.end(), kNoBound);
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (int p : values_[input_values_[i]].consumer_positions) state->step_inputs[p] = inputs[i];
   }

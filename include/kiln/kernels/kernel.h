@@ -128,6 +128,12 @@ struct ComputeContext {
   SubgraphRunner* subgraphs = nullptr;
   // The kernel's per-run objects from NewRunState (null when it has none).
   KernelRunState* run_state = nullptr;
+  // What the plan knows of this run's values: per input, a bound on |x| that every element
+  // keeps (NaN never does; +inf: nothing known); per output, +inf on entry, lowered by a kernel
+  // whose output is bounded on this run (a Clip run inside oneDNN's primitive), and handed to
+  // the consumers' input_bounds. Empty outside a plan.
+  absl::Span<const float> input_bounds;
+  absl::Span<float> output_bounds;
 
   // Parallel loop over [0, n) on the OpenMP team (or inline). The body goes by
   // absl::FunctionRef: a std::function per call could allocate on every run (issue 9).

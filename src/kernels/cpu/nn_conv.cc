@@ -180,6 +180,7 @@ class ConvKernel : public DnnlKernel {
 
   absl::Status ReshapeImpl(ReshapeContext& ctx) override {
     reference_.reset();
+    guard_ = GuardedActivation();
     const ConvKernel* created = static_cast<const ConvKernel*>(ctx.created);
     if (created != nullptr && created != this) {
       post_ops_ = created->post_ops_;  // read and checked by Create
@@ -360,6 +361,9 @@ class ConvKernel : public DnnlKernel {
       query.cache = ctx.packed_constants;
       KILN_RETURN_IF_ERROR(winograd_.Choose(query));
       make(dnnl::convolution_forward(), winograd_.active() ? winograd_.desc() : direct);
+      if (!creating_ && !winograd_.active()) {
+        PrepareGuardedActivation(ctx, direct, attr, chosen_x, chosen_w, chosen_y, scratch);
+      }
     } else {
       try {
         make(dnnl::deconvolution_forward(),
@@ -434,6 +438,45 @@ class ConvKernel : public DnnlKernel {
       ctx.output_in_place_of[0] = residual_index_;
     }
     return absl::OkStatus();
+  }
+
+  // The primitive with the epilogue's Relu or Clip inside, for the runs whose input passes the
+  // guard (nn_dnnl.h, GuardedActivation): only where it is the same computation as `primitive_`
+  // (the same implementation and memory layouts, scratchpad no larger) and nothing else
+  // follows the sum (a residual is summed by oneDNN after the activation would be).
+  void PrepareGuardedActivation(const ReshapeContext& ctx,
+                                const dnnl::convolution_forward::desc& direct,
+                                const dnnl::primitive_attr& attr, const memory::desc& x,
+                                const memory::desc& w, const memory::desc& y,
+                                const memory::desc& scratch) {
+    const InputInfo& weights = ctx.inputs[1];
+    if (residual_index_ >= 0 || epilogue_.size() != post_ops_.size() ||
+        weights.constant == nullptr || (has_bias_ && ctx.inputs[2].constant == nullptr)) {
+      return;
+    }
+    const int64_t rows = weights.shape.dim(0);
+    GuardedActivation guard =
+        PlanGuardedActivation(epilogue_, weights.constant->data<float>(), rows,
+                              rows > 0 ? weights.shape.num_elements() / rows : 0,
+                              has_bias_ ? ctx.inputs[2].constant->data<float>() : nullptr);
+    if (!guard.usable) return;
+    dnnl::primitive_attr inside_attr = attr;
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, guard.alg, guard.alpha, guard.beta);
+    inside_attr.set_post_ops(ops);
+    try {
+      dnnl::convolution_forward::primitive_desc pd(direct, inside_attr, CpuEngine());
+      dnnl::convolution_forward::primitive_desc plain_pd(direct, attr, CpuEngine());
+      if (pd.src_desc() != x || pd.weights_desc() != w || pd.dst_desc() != y ||
+          pd.scratchpad_desc().get_size() > scratch.get_size() ||
+          std::string(pd.impl_info_str()) != plain_pd.impl_info_str()) {
+        return;
+      }
+      activation_inside_ = dnnl::convolution_forward(pd);
+    } catch (const dnnl::error&) {
+      return;
+    }
+    guard_ = guard;
   }
 
   // Output of a convolution with nothing to sum: bias per channel, then the post-ops.
@@ -538,7 +581,15 @@ class ConvKernel : public DnnlKernel {
     }
     s.scratchpad.Point(scratch + scratchpad_offset_);
     if (has_bias_) s.bias.Point(ctx.inputs[2].raw_data());
-    s.conv.Execute(primitive_, stream);
+    // Relu/Clip inside the primitive when this run's input cannot make a sum NaN (nn_dnnl.h):
+    // known from the plan (the input came from such a Clip), or read here.
+    const bool inside =
+        guard_.usable &&
+        ((!ctx.input_bounds.empty() && ctx.input_bounds[0] <= guard_.input_limit) ||
+         InputWithinLimit(x.data<float>(), x.num_elements(), guard_.input_limit, ctx));
+    if (guard_.usable) CountGuardedActivationRun(inside);
+    if (inside && !ctx.output_bounds.empty()) ctx.output_bounds[0] = guard_.output_bound;
+    s.conv.Execute(inside ? activation_inside_ : primitive_, stream);
     if (reorder_y_) s.y_reorder.Execute(y_reorder_, stream);
     stream.wait();
     if (winograd_.active()) {
@@ -547,7 +598,7 @@ class ConvKernel : public DnnlKernel {
           residual_index_ >= 0 ? ctx.inputs[residual_index_].raw_data() : nullptr, y.raw_data(),
           scratch, ctx.intra_op_threads, stream);
     }
-    ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
+    if (!inside) ApplyEpilogue(epilogue_, y.data<float>(), y.num_elements(), ctx);
     return absl::OkStatus();
   }
 
@@ -566,6 +617,8 @@ class ConvKernel : public DnnlKernel {
   size_t scratchpad_offset_ = 0, x_offset_ = 0, y_offset_ = 0;
   PrimitiveWeights w_;
   dnnl::primitive primitive_;
+  GuardedActivation guard_;            // usable: activation_inside_ exists
+  dnnl::primitive activation_inside_;  // primitive_ with the epilogue's activation inside
   std::unique_ptr<ConvTransposeRefGeometry> reference_;  // set when oneDNN can't run it
   ConvWinograd winograd_;  // the algorithm chosen for this plan, and Winograd's fallback
   dnnl::reorder x_reorder_, y_reorder_, residual_reorder_;

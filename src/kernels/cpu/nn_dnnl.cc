@@ -1,9 +1,14 @@
 #include "nn_dnnl.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -336,6 +341,92 @@ void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
     }
   });
   for (size_t i = kMaxOps; i < epilogue.size(); ++i) ApplyActivation(epilogue[i], data, n);
+}
+
+namespace {
+std::atomic<int64_t> guarded_inside{0}, guarded_epilogue{0};
+
+bool IsNegativeZero(float v) { return v == 0.0f && std::signbit(v); }
+}  // namespace
+
+GuardedActivation PlanGuardedActivation(const std::vector<PostOp>& epilogue, const float* weights,
+                                        int64_t rows, int64_t row_length, const float* bias) {
+  GuardedActivation guard;
+  const char* env = std::getenv("KILN_GUARDED_ACTIVATION");
+  if (env != nullptr && std::string(env) == "0") return guard;
+  if (epilogue.size() != 1 || weights == nullptr || rows <= 0 || row_length < 0) return guard;
+  const PostOp& op = epilogue[0];
+  if (op.kind == "Relu") {
+    guard.alg = dnnl::algorithm::eltwise_relu;
+    guard.alpha = 0.0f;
+  } else if (op.kind == "Clip") {
+    // Kiln's Clip is min(hi, max(lo, x)) (simd/ops.h: alpha = lo, beta = hi), oneDNN's
+    // min(max(x, lo), hi): the same for every x but NaN and signed zeros.
+    if (std::isnan(op.alpha) || std::isnan(op.beta) || IsNegativeZero(op.alpha) ||
+        IsNegativeZero(op.beta)) {
+      return guard;
+    }
+    guard.alg = dnnl::algorithm::eltwise_clip;
+    guard.alpha = op.alpha;
+    guard.beta = op.beta;
+    // min(max(s, lo), hi) of a sum that is not NaN lies in [lo, hi] (or is hi when lo > hi).
+    guard.output_bound = std::max(std::fabs(op.alpha), std::fabs(op.beta));
+  } else {
+    return guard;
+  }
+  // Every partial sum of an output is bounded by max|x| * sum|w| of its channel + |bias|
+  // (in exact arithmetic; float rounding adds a relative n * 2^-24, far inside the margin).
+  double max_row = 0, max_bias = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    const float* w = weights + r * row_length;
+    for (int64_t i = 0; i < row_length; ++i) {
+      if (!std::isfinite(w[i])) return guard;
+      sum += std::fabs(w[i]);
+    }
+    max_row = std::max(max_row, sum);
+    if (bias != nullptr) {
+      if (!std::isfinite(bias[r]) || IsNegativeZero(bias[r])) return guard;
+      max_bias = std::max(max_bias, static_cast<double>(std::fabs(bias[r])));
+    }
+  }
+  const double room = std::numeric_limits<float>::max() / 8.0 - max_bias;
+  if (room <= 0) return guard;
+  guard.input_limit =
+      max_row > 0
+          ? static_cast<float>(std::min<double>(room / max_row, std::numeric_limits<float>::max()))
+          : std::numeric_limits<float>::max();
+  guard.usable = true;
+  return guard;
+}
+
+bool InputWithinLimit(const float* x, int64_t count, float limit, const ComputeContext& ctx) {
+  std::atomic<bool> within{true};
+  // Bandwidth-bound: large inputs are read on every intra-op thread.
+  ctx.ParallelFor(count, int64_t{1} << 17, [&](int64_t begin, int64_t end) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lim = _mm256_set1_ps(limit);
+    __m256 outside = _mm256_setzero_ps();
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+      // Not (a <= limit), unordered: true for NaN, +-Inf and anything above the limit.
+      outside = _mm256_or_ps(outside, _mm256_cmp_ps(a, lim, _CMP_NLE_UQ));
+    }
+    bool ok = _mm256_movemask_ps(outside) == 0;
+    for (; i < end; ++i) ok = ok && std::fabs(x[i]) <= limit;
+    if (!ok) within.store(false, std::memory_order_relaxed);
+  });
+  return within.load(std::memory_order_relaxed);
+}
+
+GuardedActivationRuns GuardedActivationRunCounts() {
+  return {guarded_inside.load(std::memory_order_relaxed),
+          guarded_epilogue.load(std::memory_order_relaxed)};
+}
+
+void CountGuardedActivationRun(bool inside) {
+  (inside ? guarded_inside : guarded_epilogue).fetch_add(1, std::memory_order_relaxed);
 }
 
 ScopedDnnlThreads::ScopedDnnlThreads(int threads) : previous_(omp_get_max_threads()) {

@@ -10,6 +10,7 @@
 // infinities and signed zeros included.
 #pragma once
 
+#include <limits>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -68,6 +69,43 @@ void ApplyPostOpsInOrder(const std::vector<PostOp>& post_ops, const float* resid
 // place, on the context's intra-op threads. Nothing to do for an empty epilogue.
 void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
                    const ComputeContext& ctx);
+
+// A Relu or Clip epilogue that may run inside oneDNN's primitive on the runs where that gives
+// the same bits. oneDNN computes both as max(s, lo) then min(s, hi) on the sum s, which turns a
+// NaN sum into lo and a -0.0 sum into +0.0, where Kiln's kernels (and ONNX) keep NaN and -0.0;
+// on every other sum the two agree. A sum cannot be NaN when the weights and bias are finite
+// and every input has |x| <= input_limit (no partial sum can reach infinity, so none can be
+// inf - inf), and it cannot be -0.0 when it starts from oneDNN's +0.0 accumulator and the bias
+// is not -0.0 (a bias of -0.0 makes the activation unusable here). So the kernel checks its
+// input on each run (InputWithinLimit: one read of the input, where the epilogue reads and
+// writes the output) and runs the activation inside the primitive when it passes, in the
+// epilogue otherwise. KILN_GUARDED_ACTIVATION=0 keeps every activation in the epilogue (to
+// measure what this saves).
+struct GuardedActivation {
+  bool usable = false;
+  float input_limit = 0;  // the largest |x| with which no partial sum can overflow
+  // A bound on |y| when the activation ran inside (Clip with finite bounds), else +inf: the
+  // plan hands it to the consumers (ComputeContext::output_bounds), whose guard then needs no
+  // read of their input.
+  float output_bound = std::numeric_limits<float>::infinity();
+  dnnl::algorithm alg = dnnl::algorithm::eltwise_relu;
+  float alpha = 0, beta = 0;  // oneDNN's parameters of `alg`
+};
+// For an epilogue of one Relu or Clip after a product whose weights are `rows` output channels
+// of `row_length` consecutive floats each, and `bias` (rows floats, or null): usable unless the
+// epilogue is anything else, a weight or bias is not finite, a bias is -0.0, or a Clip bound is
+// NaN or -0.0 (where max(lo, s) and max(s, lo) differ for s = +0.0).
+GuardedActivation PlanGuardedActivation(const std::vector<PostOp>& epilogue, const float* weights,
+                                        int64_t rows, int64_t row_length, const float* bias);
+// Whether all `count` floats at x are finite with |x| <= limit, read on the context's threads.
+bool InputWithinLimit(const float* x, int64_t count, float limit, const ComputeContext& ctx);
+// How often kernels with a usable GuardedActivation ran it inside oneDNN and in the epilogue,
+// since the process started (for tests and benchmarks).
+struct GuardedActivationRuns {
+  int64_t inside = 0, epilogue = 0;
+};
+GuardedActivationRuns GuardedActivationRunCounts();
+void CountGuardedActivationRun(bool inside);
 
 // Sets the number of OpenMP threads oneDNN uses for primitives run by this thread, for the
 // lifetime of the object.
