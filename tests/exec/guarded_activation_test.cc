@@ -21,6 +21,7 @@
 #include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
 #include "kiln/opt/pass.h"
+#include "kiln/runtime/inputs.h"
 
 namespace kiln {
 namespace {
@@ -44,11 +45,11 @@ class ScopedGuardOff {
   ~ScopedGuardOff() { unsetenv("KILN_GUARDED_ACTIVATION"); }
 };
 
-Tensor Random(Shape shape, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t(DType::kFloat32, shape);
-  for (float& v : t.span<float>()) v = dist(rng);
+// Uniform in [-scale, scale) (runtime::RandomTensor's [-1, 1), scaled).
+Tensor Random(Shape shape, uint32_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  Tensor t = runtime::RandomTensor(DType::kFloat32, shape, rng);
+  for (float& v : t.span<float>()) v *= scale;
   return t;
 }
 
@@ -62,7 +63,7 @@ Graph Chain(float sign = 0.0f) {
   const ValueId x = g.AddValue("x", ir::TensorType::Of(DType::kFloat32, {-1, kIn, kSize, kSize}));
   g.inputs = {x};
   auto constant = [&](Shape shape, uint32_t seed) {
-    Tensor w = Random(shape, seed, -0.5f, 0.5f);
+    Tensor w = Random(shape, seed, 0.5f);
     if (sign != 0.0f) {
       for (float& v : w.span<float>()) v = sign * (std::fabs(v) + 0.01f);
     }
@@ -149,14 +150,14 @@ GuardedActivationRuns RunBoth(const Graph& graph, const Tensor& x) {
 TEST(GuardedActivation, FiniteInputsRunInsideWithTheSameBits) {
   const Graph g = Chain();
   ASSERT_EQ(CountFusedConvs(g), 3) << g.ToString();
-  const GuardedActivationRuns runs = RunBoth(g, Random(Shape{kBatch, kIn, kSize, kSize}, 7, -3, 3));
+  const GuardedActivationRuns runs = RunBoth(g, Random(Shape{kBatch, kIn, kSize, kSize}, 7, 3));
   EXPECT_GE(runs.inside, 3);
   EXPECT_EQ(runs.epilogue, 0);
 }
 
 TEST(GuardedActivation, NaNInputRunsTheEpilogueAndStaysNaN) {
   const Graph g = Chain();
-  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 8, -3, 3);
+  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 8, 3);
   x.data<float>()[5 * kSize + 5] = NAN;  // image 0, channel 0
   const GuardedActivationRuns runs = RunBoth(g, x);
   // Each conv reads NaN: the first in the graph input, the next two in what the epilogue
@@ -168,7 +169,7 @@ TEST(GuardedActivation, NaNInputRunsTheEpilogueAndStaysNaN) {
 
 TEST(GuardedActivation, InputsThatCouldOverflowRunTheEpilogue) {
   const Graph g = Chain();
-  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 9, -3, 3);
+  Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 9, 3);
   for (int64_t c = 0; c < kIn; ++c) x.data<float>()[c * kSize * kSize] = c % 2 ? 3e38f : -3e38f;
   const GuardedActivationRuns runs = RunBoth(g, x);
   EXPECT_GE(runs.epilogue, 1);
