@@ -401,6 +401,7 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       }
       step.outputs_empty = AllOutputsEmpty(prepare);
       stats_.activation_reorders += prepare.activation_reorders;
+      stats_.guarded_activations += prepare.guarded_activations;
     } else {
       step.prepare_at_run_time = true;
     }
@@ -447,10 +448,12 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     if (shapes_known) {
       // May swap in a kernel reshaped for 1 thread (thread_choice.h).
       const int reorders = prepare.activation_reorders;
+      const int guarded = prepare.guarded_activations;
       auto threads = chooser.Choose(node, *factory, prepare, step.kernel);
       if (!threads.ok()) return Annotate(threads.status(), node.Describe());
       step.threads = *threads;
       stats_.activation_reorders += prepare.activation_reorders - reorders;
+      stats_.guarded_activations += prepare.guarded_activations - guarded;
     }
 
     const int step_index = static_cast<int>(steps_.size());

@@ -184,6 +184,7 @@ absl::StatusOr<std::unique_ptr<kernels::OpKernel>> ReshapeForOneThread(
   ctx.intra_op_threads = 1;
   ctx.scratch_bytes = 0;
   ctx.activation_reorders = 0;
+  ctx.guarded_activations = 0;
   ctx.packed_constants = packed_constants;
   KILN_RETURN_IF_ERROR(ReshapeOnThreads(*kernel, ctx));
   if (static_cast<int>(ctx.output_dtypes.size()) != outputs) {

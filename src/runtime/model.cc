@@ -565,11 +565,13 @@ std::string ModelImpl::Inspect() const {
       const exec::PlanStats& st = (*plan)->stats();
       absl::StrAppend(&out, "  planned memory for inputs ", absl::StrJoin(shape_text, ", "),
                       " (unknown dimensions as 1): arena ", st.arena_bytes, " bytes (",
-                      st.unshared_bytes, " without reuse), ", st.steps, " steps, ",
-                      st.folded_nodes, " folded at compile time, ", st.in_place_outputs,
-                      " outputs in place, ", st.activation_reorders,
-                      " activation reorders per run, compiled in ", st.compile_ns / 1000,
-                      " us\n");
+                      st.unshared_bytes, " without reuse), ", st.steps, " steps, ", st.folded_nodes,
+                      " folded at compile time, ", st.in_place_outputs, " outputs in place, ",
+                      st.activation_reorders, " activation reorders per run, ",
+                      st.guarded_activations,
+                      " guarded activations (run inside their convolution when its input is "
+                      "bounded), compiled in ",
+                      st.compile_ns / 1000, " us\n");
       if (threads_.intra > 1) {
         absl::StrAppend(&out, "  threads per step (KILN_THREAD_CHOICE=",
                         exec::ThreadChoiceModeName(st.thread_choice), "): ", st.one_thread_steps,

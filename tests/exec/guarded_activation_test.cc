@@ -155,6 +155,22 @@ TEST(GuardedActivation, FiniteInputsRunInsideWithTheSameBits) {
   EXPECT_EQ(runs.epilogue, 0);
 }
 
+TEST(GuardedActivation, PlanStatsCountTheGuardedConvolutions) {
+  // What `kiln inspect` prints: the three convolutions, none with the switch off.
+  const Graph g = Chain();
+  exec::CompileOptions options;
+  options.intra_op_threads = 2;
+  options.intra_op_openmp = true;
+  const Shape shape{kBatch, kIn, kSize, kSize};
+  auto plan = exec::CompiledPlan::Compile(std::make_shared<Graph>(g), {shape}, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats().guarded_activations, 3);
+  ScopedGuardOff off;
+  plan = exec::CompiledPlan::Compile(std::make_shared<Graph>(g), {shape}, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats().guarded_activations, 0);
+}
+
 TEST(GuardedActivation, NaNInputRunsTheEpilogueAndStaysNaN) {
   const Graph g = Chain();
   Tensor x = Random(Shape{kBatch, kIn, kSize, kSize}, 8, 3);

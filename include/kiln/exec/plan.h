@@ -81,6 +81,9 @@ struct PlanStats {
   // Activation reorders kernels run per execution (a value whose layout is not the one its
   // primitive reads or writes); the conv layout pass keeps this near 0 on CNNs.
   int activation_reorders = 0;
+  // Convolutions that run their Relu/Clip inside oneDNN on runs whose input is bounded (and in
+  // Kiln's epilogue on the others: docs/RUNTIME.md).
+  int guarded_activations = 0;
   // Threads per step (thread_choice.h): the mode used, the steps that run on 1 of
   // intra_op_threads (> 1), the steps timed both ways, and the time spent timing.
   ThreadChoiceMode thread_choice = ThreadChoiceMode::kOff;

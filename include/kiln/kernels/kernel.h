@@ -76,6 +76,9 @@ struct ReshapeContext {
   std::vector<int> output_in_place_of;
   size_t scratch_bytes = 0;     // per-run scratch, 64-byte aligned
   int activation_reorders = 0;  // layout reorders Compute runs per call (for `kiln inspect`)
+  // 1 where the kernel runs its activation inside its primitive on runs whose input is
+  // bounded (a guarded Relu/Clip, src/kernels/cpu/nn_dnnl.h; for `kiln inspect`).
+  int guarded_activations = 0;
   // Set by the plan before Reshape, one per node output: the layout the kernel must write
   // (ir::MemoryLayout; not reset by SetNumOutputs).
   std::vector<ir::MemoryLayout> output_layouts;

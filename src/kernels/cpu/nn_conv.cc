@@ -444,8 +444,7 @@ class ConvKernel : public DnnlKernel {
   // guard (nn_dnnl.h, GuardedActivation): only where it is the same computation as `primitive_`
   // (the same implementation and memory layouts, scratchpad no larger) and nothing else
   // follows the sum (a residual is summed by oneDNN after the activation would be).
-  void PrepareGuardedActivation(const ReshapeContext& ctx,
-                                const dnnl::convolution_forward::desc& direct,
+  void PrepareGuardedActivation(ReshapeContext& ctx, const dnnl::convolution_forward::desc& direct,
                                 const dnnl::primitive_attr& attr, const memory::desc& x,
                                 const memory::desc& w, const memory::desc& y,
                                 const memory::desc& scratch) {
@@ -477,6 +476,7 @@ class ConvKernel : public DnnlKernel {
       return;
     }
     guard_ = guard;
+    ctx.guarded_activations = 1;
   }
 
   // Output of a convolution with nothing to sum: bias per channel, then the post-ops.
