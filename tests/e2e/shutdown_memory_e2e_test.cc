@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,28 @@ double RssMiB(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return -1;
+}
+
+// Established TCP connections whose local port is `port`: the server's side of its clients'
+// connections, from /proc/net/tcp and tcp6 (a dual-stack listener's IPv4 clients are there).
+int ConnectionsTo(int port) {
+  int connections = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream tcp(table);
+    std::string line;
+    std::getline(tcp, line);  // the header
+    while (std::getline(tcp, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.find(':');
+      if (state == "01" && colon != std::string::npos &&
+          std::stoi(local.substr(colon + 1), nullptr, 16) == port) {
+        ++connections;
+      }
+    }
+  }
+  return connections;
 }
 
 // A stub whose channel takes replies as large as the requests (the default limit is 4 MiB).
@@ -110,8 +133,15 @@ TEST(ShutdownMemoryE2ETest, SigtermWithLargeRequestsInFlightExitsOnceTheyAreAnsw
   };
   std::thread rest([&] { answered(RestLargePredict(server.rest_port(), body)); });
   std::thread grpc([&] { answered(GrpcLargePredict(server.grpc_port(), request)); });
-  // SIGTERM once the server holds a good part of the request bodies (~100 MB together).
-  for (int i = 0; i < 400 && RssMiB(server.pid()) < idle_rss + 60; ++i) {
+  // SIGTERM once both clients are connected and the server holds a good part of the request
+  // bodies (~100 MB together). The RSS alone could grow from the REST upload before the gRPC
+  // client had connected (seen once in 4 full test runs on a loaded machine), and a request
+  // that arrives after SIGTERM is refused, not in flight.
+  auto in_flight = [&] {
+    return ConnectionsTo(server.grpc_port()) > 0 && ConnectionsTo(server.rest_port()) > 0 &&
+           RssMiB(server.pid()) >= idle_rss + 60;
+  };
+  for (int i = 0; i < 1000 && !in_flight(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const auto signalled = std::chrono::steady_clock::now();
