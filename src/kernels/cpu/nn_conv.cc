@@ -442,8 +442,9 @@ class ConvKernel : public DnnlKernel {
 
   // The primitive with the epilogue's Relu or Clip inside, for the runs whose input passes the
   // guard (nn_dnnl.h, GuardedActivation): only where it is the same computation as `primitive_`
-  // (the same implementation and memory layouts, scratchpad no larger) and nothing else
-  // follows the sum (a residual is summed by oneDNN after the activation would be).
+  // (the same implementation and memory layouts, scratchpad no larger), the activation is the
+  // only post-op, and no residual is added (the guard bounds the convolution's own sums, not a
+  // tensor added to them).
   void PrepareGuardedActivation(ReshapeContext& ctx, const dnnl::convolution_forward::desc& direct,
                                 const dnnl::primitive_attr& attr, const memory::desc& x,
                                 const memory::desc& w, const memory::desc& y,
