@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -75,6 +76,38 @@ TEST(BundleLimits, EntriesOfTheRightSizeStillRead) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->data<std::string>()[0], "ab");
   EXPECT_EQ(t->data<std::string>()[1], "c");
+}
+
+TEST(BundleLimits, BlockSizeThatWrapsAroundIsACorruptTable) {
+  // The index block's handle rewritten with a size of 2^64 - 3: size + the 5-byte trailer
+  // wrapped around to 2, the bounds check passed and the trailer's address overflowed
+  // (saved_model_fuzz found it under UBSan).
+  std::string table = WriteLevelDbTable({{"a", "b"}});
+  const size_t footer = table.size() - 48;
+  size_t pos = footer;
+  auto get = [&]() {
+    uint64_t value = 0;
+    for (int shift = 0;; shift += 7) {
+      const uint8_t byte = static_cast<uint8_t>(table[pos++]);
+      value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return value;
+    }
+  };
+  const uint64_t meta_offset = get(), meta_size = get(), index_offset = get();
+  std::string handles;
+  auto put = [&](uint64_t value) {
+    for (; value >= 0x80; value >>= 7) handles.push_back(static_cast<char>(value | 0x80));
+    handles.push_back(static_cast<char>(value));
+  };
+  put(meta_offset);
+  put(meta_size);
+  put(index_offset);
+  put(std::numeric_limits<uint64_t>::max() - 2);
+  handles.resize(40, '\0');
+  table.replace(footer, 40, handles);
+  absl::StatusOr<std::map<std::string, std::string>> parsed = ReadLevelDbTable(table, "wrapped");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("runs past the end of the file"));
 }
 
 TEST(BundleLimits, SnappyBlockDeclaringGigabytesIsRefusedWithoutReservingThem) {

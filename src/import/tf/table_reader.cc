@@ -104,8 +104,9 @@ class TableParser {
 
   // The block's contents (without trailer), after checking its CRC and compression type.
   absl::StatusOr<absl::string_view> ReadBlock(const BlockHandle& handle) const {
-    if (handle.offset > contents_.size() ||
-        handle.size + kBlockTrailerSize > contents_.size() - handle.offset) {
+    // In this order, so that no sum wraps around: a size near 2^64 plus the trailer would.
+    if (handle.offset > contents_.size() || handle.size > contents_.size() - handle.offset ||
+        kBlockTrailerSize > contents_.size() - handle.offset - handle.size) {
       return Error(absl::StrCat("block of ", handle.size, " bytes runs past the end of the file"),
                    handle.offset);
     }
