@@ -43,10 +43,10 @@ enum class SlotKind : uint8_t {
   kUnused,
   kGraphInput,
   kConstant,
-  kArena,       // fixed shape, memory in the run's arena at a planned offset
-  kPersistent,  // fixed shape strings: a tensor per run state, reused across runs
-  kGraphOutput, // fixed shape, memory handed to the caller (allocated or reused per run)
-  kDynamic,     // shape known only when the producing kernel runs
+  kArena,        // fixed shape, memory in the run's arena at a planned offset
+  kPersistent,   // fixed shape strings: a tensor per run state, reused across runs
+  kGraphOutput,  // fixed shape, memory handed to the caller (allocated or reused per run)
+  kDynamic,      // shape known only when the producing kernel runs
 };
 
 // Operators that read only their input's shape, so they fold once shapes are known.
@@ -63,7 +63,9 @@ std::string DescribeInputs(const std::vector<kernels::InputInfo>& infos) {
   return absl::StrJoin(parts, ", ");
 }
 
-size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+size_t AlignUp(size_t n) {
+  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
 
 }  // namespace
 
@@ -159,8 +161,7 @@ class PlanSubgraphRunner : public kernels::SubgraphRunner {
     for (const auto& [local, outer_name] : graph.captures) {
       const Tensor* t = Resolve(outer_name);
       if (t == nullptr) {
-        return absl::NotFoundError(absl::StrCat("subgraph '", graph.name, "' reads '",
-                                                outer_name,
+        return absl::NotFoundError(absl::StrCat("subgraph '", graph.name, "' reads '", outer_name,
                                                 "', which no enclosing graph computes"));
       }
       input_values.push_back(local);
@@ -239,8 +240,8 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     if (v < 0 || v >= graph.num_values()) {
       return absl::InvalidArgumentError(absl::StrCat("input ", i, " has a bad value id"));
     }
-    DType dtype = i < options_.input_dtypes.size() ? options_.input_dtypes[i]
-                                                   : graph.value(v).type.dtype;
+    DType dtype =
+        i < options_.input_dtypes.size() ? options_.input_dtypes[i] : graph.value(v).type.dtype;
     if (dtype == DType::kInvalid) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph input '", graph.value(v).name, "' has no dtype"));
@@ -330,9 +331,9 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
     const kernels::KernelFactory* factory =
         kernels::KernelRegistry::Global().Find(node.domain, node.op);
     if (factory == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("no CPU kernel for operator ",
-                                                   node.domain.empty() ? "" : node.domain + "::",
-                                                   node.op, " (node ", node.Describe(), ")"));
+      return absl::UnimplementedError(absl::StrCat(
+          "no CPU kernel for operator ", node.domain.empty() ? "" : node.domain + "::", node.op,
+          " (node ", node.Describe(), ")"));
     }
     const bool foldable = options_.fold_constants && shapes_known && !step.has_subgraphs &&
                           !ir::IsNondeterministic(node) &&
@@ -375,8 +376,8 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       }
       absl::Status status = ReshapeOnThreads(*step.kernel, prepare);
       if (!status.ok()) {
-        return Annotate(status, absl::StrCat(node.Describe(), " with inputs (",
-                                             DescribeInputs(infos), ")"));
+        return Annotate(
+            status, absl::StrCat(node.Describe(), " with inputs (", DescribeInputs(infos), ")"));
       }
       if (prepare.output_dtypes.size() != node.outputs.size() ||
           prepare.output_shapes.size() != node.outputs.size() ||
@@ -425,15 +426,13 @@ absl::Status CompiledPlan::Build(absl::Span<const Shape> input_shapes) {
       ctx.memory = &memory;
       absl::Status status = RunPrepared(*step.kernel, prepare, ctx);
       if (!status.ok()) {
-        return Annotate(status, absl::StrCat("evaluating ", node.Describe(),
-                                             " at compile time"));
+        return Annotate(status, absl::StrCat("evaluating ", node.Describe(), " at compile time"));
       }
       for (size_t i = 0; i < outputs.size(); ++i) {
         const ValueId v = node.outputs[i];
         if (v == kNoValue) continue;
         if (!outputs[i].valid()) {
-          return absl::InternalError(
-              absl::StrCat(node.Describe(), " did not produce output ", i));
+          return absl::InternalError(absl::StrCat(node.Describe(), " did not produce output ", i));
         }
         ValueSlot& slot = values_[v];
         slot.kind = SlotKind::kConstant;
@@ -751,7 +750,7 @@ const Tensor* CompiledPlan::Lookup(ValueId value, const RunState& state,
   switch (slot.kind) {
     case SlotKind::kGraphInput:
       return slot.input_index < static_cast<int>(inputs.size()) ? &inputs[slot.input_index]
-                                                                 : nullptr;
+                                                                : nullptr;
     case SlotKind::kConstant:
       return &slot.constant;
     case SlotKind::kUnused:
@@ -802,8 +801,8 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
                                    absl::Span<const Tensor> inputs,
                                    const PlanSubgraphRunner* parent) const {
   kernels::ComputeContext ctx;
-  ctx.inputs = absl::Span<const Tensor>(state.step_inputs.data() + step.input_begin,
-                                        step.inputs.size());
+  ctx.inputs =
+      absl::Span<const Tensor>(state.step_inputs.data() + step.input_begin, step.inputs.size());
   ctx.outputs =
       absl::Span<Tensor>(state.step_outputs.data() + step.output_begin, step.outputs.size());
   ctx.scratch = step.scratch_bytes > 0
@@ -840,8 +839,8 @@ absl::Status CompiledPlan::RunStep(const Step& step, RunState& state,
   if (!status.ok()) return Annotate(status, step.node->Describe());
   for (int i : step.dynamic_outputs) {
     if (!ctx.outputs[i].valid()) {
-      return absl::InternalError(absl::StrCat(step.node->Describe(),
-                                              " did not allocate its dynamic output ", i));
+      return absl::InternalError(
+          absl::StrCat(step.node->Describe(), " did not allocate its dynamic output ", i));
     }
   }
   Publish(step, state);
@@ -864,8 +863,8 @@ absl::Status CompiledPlan::RunWithParent(absl::Span<const Tensor> inputs,
                                          const PlanSubgraphRunner* parent) const {
   const ir::Graph& graph = *graph_;
   if (inputs.size() != input_values_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", input_values_.size(),
-                                                   " inputs, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", input_values_.size(), " inputs, got ", inputs.size()));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].dtype() != input_dtypes_[i] || inputs[i].shape() != input_shapes_[i]) {
@@ -971,10 +970,10 @@ absl::StatusOr<std::shared_ptr<CompiledPlan>> CompiledPlan::SubgraphPlan(
 }
 
 std::string CompiledPlan::DebugString() const {
-  std::string out = absl::StrCat("plan: ", steps_.size(), " steps, arena ", arena_bytes_,
-                                 " bytes (", stats_.unshared_bytes, " without reuse), ",
-                                 stats_.folded_nodes, " folded, ", stats_.in_place_outputs,
-                                 " in place\n");
+  std::string out =
+      absl::StrCat("plan: ", steps_.size(), " steps, arena ", arena_bytes_, " bytes (",
+                   stats_.unshared_bytes, " without reuse), ", stats_.folded_nodes, " folded, ",
+                   stats_.in_place_outputs, " in place\n");
   for (const Step& step : steps_) {
     std::vector<std::string> outs;
     for (ValueId v : step.outputs) {
@@ -984,8 +983,8 @@ std::string CompiledPlan::DebugString() const {
       if (slot.kind == SlotKind::kDynamic) {
         outs.push_back(absl::StrCat(name, ": dynamic"));
       } else if (slot.kind == SlotKind::kArena) {
-        outs.push_back(absl::StrCat(name, ": ", DTypeName(slot.dtype), slot.shape.ToString(),
-                                    " @", slot.arena_offset,
+        outs.push_back(absl::StrCat(name, ": ", DTypeName(slot.dtype), slot.shape.ToString(), " @",
+                                    slot.arena_offset,
                                     slot.alias_root != kNoValue ? " (in place)" : ""));
       } else {
         outs.push_back(absl::StrCat(name, ": ", DTypeName(slot.dtype), slot.shape.ToString(),

@@ -51,7 +51,7 @@ std::vector<CalibrationBatch> CalibrationFromMaps(
 struct OutputAccuracy {
   std::string key;
   double max_abs_error = 0;
-  double max_rel_error = 0;  // max abs error / max |fp32| over the output
+  double max_rel_error = 0;      // max abs error / max |fp32| over the output
   double max_abs_reference = 0;  // max |fp32| over the output (finite values)
   bool class_scores = false;
   int64_t examples = 0;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "compression.h"
 #include "kiln/core/clock.h"
 #include "kiln/core/memory_budget.h"
 #include "kiln/core/status.h"
@@ -22,7 +23,6 @@
 #include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
 #include "kiln/runtime/loader.h"
-#include "compression.h"
 
 #ifdef KILN_HAVE_ONNX_IMPORT
 #include "kiln/import/onnx.h"
@@ -75,7 +75,8 @@ ThreadSplit ChooseThreads(int intra, int inter, int cores) {
 absl::StatusOr<ResolvedModelPath> ResolveModelPath(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
-  if (!fs::exists(p, ec)) return absl::NotFoundError(absl::StrCat("model path ", path, " does not exist"));
+  if (!fs::exists(p, ec))
+    return absl::NotFoundError(absl::StrCat("model path ", path, " does not exist"));
   if (fs::is_regular_file(p, ec)) {
     if (absl::EndsWith(path, ".pb") || absl::EndsWith(path, ".pbtxt")) {
       if (p.filename() == "saved_model.pb" || p.filename() == "saved_model.pbtxt") {
@@ -101,7 +102,8 @@ absl::StatusOr<ResolvedModelPath> ResolveModelPath(const std::string& path) {
         onnx_files.push_back(entry.path());
       }
     }
-    if (onnx_files.size() == 1) return ResolvedModelPath{onnx_files[0].string(), ModelFormat::kOnnx};
+    if (onnx_files.size() == 1)
+      return ResolvedModelPath{onnx_files[0].string(), ModelFormat::kOnnx};
     return std::nullopt;
   };
   if (auto direct = classify(p)) return *direct;
@@ -119,8 +121,9 @@ absl::StatusOr<ResolvedModelPath> ResolveModelPath(const std::string& path) {
   }
   if (best < 0) {
     return absl::NotFoundError(absl::StrCat(
-        path, " holds no model: expected saved_model.pb, saved_model.pbtxt, a .onnx file, or "
-              "numeric version folders holding one of them"));
+        path,
+        " holds no model: expected saved_model.pb, saved_model.pbtxt, a .onnx file, or "
+        "numeric version folders holding one of them"));
   }
   auto resolved = *classify(best_dir);
   resolved.version = best;
@@ -166,12 +169,13 @@ class ModelImpl : public Model {
     try {
       return RunUnguarded(signature, inputs, output_keys, stats);
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "signature '", signature, "': out of memory while running this request (the run "
-          "memory budget is ", options_.run_memory_budget_bytes != 0
-                                   ? options_.run_memory_budget_bytes
-                                   : MemoryBudget::DefaultLimit(),
-          " bytes)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("signature '", signature,
+                       "': out of memory while running this request (the run "
+                       "memory budget is ",
+                       options_.run_memory_budget_bytes != 0 ? options_.run_memory_budget_bytes
+                                                             : MemoryBudget::DefaultLimit(),
+                       " bytes)"));
     } catch (const std::exception& e) {
       return absl::InternalError(
           absl::StrCat("signature '", signature, "': unexpected error: ", e.what()));
@@ -253,10 +257,9 @@ class ModelImpl : public Model {
       const TensorInfo& expected = info.inputs.at(key);
       auto it = inputs.find(key);
       if (it == inputs.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("missing input '", key,
-                                                       "' of signature '", info.key,
-                                                       "' (expected ", ExpectedString(expected),
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat("missing input '", key, "' of signature '",
+                                                       info.key, "' (expected ",
+                                                       ExpectedString(expected), ")"));
       }
       ordered.push_back(it->second);
     }
@@ -299,8 +302,7 @@ class ModelImpl : public Model {
     for (const auto& [key, shape] : input_shapes) {
       if (sig->info.inputs.count(key) == 0) {
         return absl::InvalidArgumentError(absl::StrCat("Precompile: unknown input '", key,
-                                                       "' for signature '", sig->info.key,
-                                                       "'"));
+                                                       "' for signature '", sig->info.key, "'"));
       }
     }
     try {
@@ -345,9 +347,9 @@ class ModelImpl : public Model {
       }
     }
     if (mismatches.empty()) return error;
-    return absl::Status(absl::IsUnimplemented(error) ? error.code()
-                                                     : absl::StatusCode::kInvalidArgument,
-                        absl::StrCat(absl::StrJoin(mismatches, "; "), ": ", error.message()));
+    return absl::Status(
+        absl::IsUnimplemented(error) ? error.code() : absl::StatusCode::kInvalidArgument,
+        absl::StrCat(absl::StrJoin(mismatches, "; "), ": ", error.message()));
   }
 
   std::string path_;
@@ -442,7 +444,8 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
                            ThreadPool::HardwareConcurrency());
   // Intra-op loops run on the OpenMP team that oneDNN's primitives use (no kiln-intra pool):
   // two sets of intra-op workers would compete for the same cores.
-  if (threads_.inter > 1) inter_pool_ = std::make_unique<ThreadPool>(threads_.inter - 1, "kiln-inter");
+  if (threads_.inter > 1)
+    inter_pool_ = std::make_unique<ThreadPool>(threads_.inter - 1, "kiln-inter");
   exec::CompileOptions compile;
   compile.intra_op_threads = threads_.intra;
   compile.intra_op_openmp = threads_.intra > 1;
@@ -463,8 +466,8 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
     rt.info.outputs = sg.outputs;
     if (sg.graph.inputs.size() != sg.input_keys.size() ||
         sg.graph.outputs.size() != sg.output_keys.size()) {
-      return absl::InternalError(absl::StrCat("signature '", sg.key,
-                                              "': graph inputs/outputs do not match its keys"));
+      return absl::InternalError(
+          absl::StrCat("signature '", sg.key, "': graph inputs/outputs do not match its keys"));
     }
     auto graph = std::make_shared<ir::Graph>(std::move(sg.graph));
     KILN_RETURN_IF_ERROR(Annotate(ir::Verify(*graph), absl::StrCat("signature '", sg.key, "'")));
@@ -497,8 +500,8 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
                                   absl::StrCat("signature '", sg.key, "' after optimization")));
     // Compression's accuracy guard runs the signature, and a run of one that writes a mutable
     // variable (kiln/ir/variable.h) would change the model's state before serving.
-    const bool writes_variables = std::any_of(
-        graph->nodes().begin(), graph->nodes().end(), [](const ir::Node& node) {
+    const bool writes_variables =
+        std::any_of(graph->nodes().begin(), graph->nodes().end(), [](const ir::Node& node) {
           return !node.removed && node.domain == "kiln" && node.op != "ReadVariable" &&
                  node.HasAttr(ir::kVariableAttr);
         });
@@ -527,8 +530,7 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
 std::string ModelImpl::Inspect() const {
   std::string out = absl::StrCat("Model: ", path_, " (", platform_, ")\n");
   for (const auto& [k, v] : properties_) absl::StrAppend(&out, "  ", k, ": ", v, "\n");
-  absl::StrAppend(&out, "Threads: ", threads_.intra, " intra-op x ", threads_.inter,
-                  " inter-op\n");
+  absl::StrAppend(&out, "Threads: ", threads_.intra, " intra-op x ", threads_.inter, " inter-op\n");
   for (const auto& [key, rt] : runtimes_) {
     const SignatureInfo& info = rt.info;
     absl::StrAppend(&out, "\nSignature '", key, "' (", info.method_name, ")\n  inputs:\n");
@@ -639,8 +641,8 @@ absl::StatusOr<import::ImportedModel> ImportModel(const std::string& path,
   }
   return import::ImportSavedModel(resolved.path, tags);
 #else
-  return absl::UnimplementedError(absl::StrCat(
-      "cannot load SavedModel ", resolved.path, ": this build has no TensorFlow importer"));
+  return absl::UnimplementedError(absl::StrCat("cannot load SavedModel ", resolved.path,
+                                               ": this build has no TensorFlow importer"));
 #endif
 }
 

@@ -44,7 +44,8 @@ absl::StatusOr<std::string> SnappyDecompress(absl::string_view in) {
           const int extra = (tag >> 2) - 59;
           if (in.size() < static_cast<size_t>(extra)) return absl::DataLossError("truncated");
           uint32_t v = 0;
-          for (int i = 0; i < extra; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+          for (int i = 0; i < extra; ++i)
+            v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
           in.remove_prefix(extra);
           len = static_cast<size_t>(v) + 1;
         }
@@ -62,7 +63,8 @@ absl::StatusOr<std::string> SnappyDecompress(absl::string_view in) {
       case 2:
         if (in.size() < 2) return absl::DataLossError("truncated copy");
         len = (tag >> 2) + 1;
-        offset = static_cast<uint8_t>(in[0]) | (static_cast<size_t>(static_cast<uint8_t>(in[1])) << 8);
+        offset =
+            static_cast<uint8_t>(in[0]) | (static_cast<size_t>(static_cast<uint8_t>(in[1])) << 8);
         in.remove_prefix(2);
         break;
       default:
@@ -126,9 +128,9 @@ class TableParser {
       return absl::string_view(*decompressed_.back());
     }
     if (type != 0) {
-      return absl::UnimplementedError(absl::StrCat(file_name_, ": block at offset ",
-                                                   handle.offset, " has compression type ",
-                                                   type, "; only none and snappy are supported"));
+      return absl::UnimplementedError(absl::StrCat(file_name_, ": block at offset ", handle.offset,
+                                                   " has compression type ", type,
+                                                   "; only none and snappy are supported"));
     }
     return block;
   }
@@ -151,8 +153,8 @@ class TableParser {
           !GetVarint64(&in, &value_length)) {
         return Error("bad entry header", entry_offset);
       }
-      if (shared > key.size()) return Error("shared key prefix longer than previous key",
-                                            entry_offset);
+      if (shared > key.size())
+        return Error("shared key prefix longer than previous key", entry_offset);
       if (non_shared > in.size() || value_length > in.size() - non_shared) {
         return Error("entry runs past the end of its block", entry_offset);
       }
@@ -259,7 +261,7 @@ void PutBlockHandle(std::string* out, const BlockHandle& h) {
 }  // namespace
 
 absl::StatusOr<std::map<std::string, std::string>> ReadLevelDbTable(absl::string_view contents,
-                                                                     absl::string_view file_name) {
+                                                                    absl::string_view file_name) {
   return TableParser(contents, file_name).Parse();
 }
 
