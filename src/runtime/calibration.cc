@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/exec/plan.h"
 
 namespace kiln::runtime {
@@ -354,6 +356,10 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
     compile.intra_op_threads = std::max(1, options.intra_op_threads);
     compile.intra_op_openmp = compile.intra_op_threads > 1;
   }
+  const int threads = std::max(1, options.compile.has_value() ? options.compile->intra_op_threads
+                                                              : options.intra_op_threads);
+  std::unique_ptr<ThreadPool> histogram_pool;
+  if (threads > 1) histogram_pool = std::make_unique<ThreadPool>(threads - 1, "kiln-calib");
   const size_t num_graph_outputs = graph.outputs.size();
   bool outputs_sliceable = true;
   // Plans by input dimensions (Shape has no ordering of its own).
@@ -407,11 +413,29 @@ absl::StatusOr<absl::flat_hash_map<std::string, opt::ActivationRange>> CollectAc
         graph_outputs->push_back(std::move(sliced));
       }
     }
-    for (size_t k = 0; k < observed_values.size(); ++k) {
+    // Each value's histogram on whichever thread is free, largest values first: ResNet-18's
+    // histograms took 60 ms per 25 images on one thread, a sixth of the fp32 run's time.
+    std::vector<size_t> by_size(observed_values.size());
+    for (size_t k = 0; k < by_size.size(); ++k) by_size[k] = k;
+    auto tensor_of = [&](size_t k) -> const Tensor& {
       const ir::ValueId v = observed_values[k];
-      const Tensor& t = input_index[v] >= 0 ? batch[input_index[v]] : outputs[output_of[v]];
-      if (t.dtype() != DType::kFloat32) continue;
-      histograms[k].Add(t.data<float>(), t.num_elements());
+      return input_index[v] >= 0 ? batch[input_index[v]] : outputs[output_of[v]];
+    };
+    std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+      return tensor_of(a).num_elements() > tensor_of(b).num_elements();
+    });
+    std::atomic<size_t> next{0};
+    auto add = [&](int64_t, int64_t) {
+      for (size_t i = next++; i < by_size.size(); i = next++) {
+        const Tensor& t = tensor_of(by_size[i]);
+        if (t.dtype() == DType::kFloat32)
+          histograms[by_size[i]].Add(t.data<float>(), t.num_elements());
+      }
+    };
+    if (histogram_pool != nullptr) {
+      histogram_pool->ParallelFor(histogram_pool->num_threads() + 1, 1, add);
+    } else {
+      add(0, 1);
     }
     begin = end;
   }
