@@ -17,6 +17,7 @@
 #include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
 #include "kiln/runtime/calibration.h"
+#include "layer_suffix.h"
 
 namespace kiln::runtime {
 namespace {
@@ -34,24 +35,6 @@ absl::StatusOr<Tensor> ToInputDtype(Tensor t, DType want, const std::string& fil
   }
   return absl::InvalidArgumentError(
       absl::StrCat(file, ": dtype ", DTypeName(t.dtype()), ", the input needs ", DTypeName(want)));
-}
-
-// Runs `graph` on every batch; outputs[b] holds batch b's outputs in graph output order.
-absl::StatusOr<std::vector<std::vector<Tensor>>> RunAll(
-    std::shared_ptr<const ir::Graph> graph, const exec::CompileOptions& compile,
-    const std::vector<CalibrationBatch>& batches) {
-  exec::CompileOptions options = compile;
-  options.packed_constants = nullptr;  // this graph's own weights
-  options.created_kernels = nullptr;
-  exec::PlanCache cache(std::move(graph), options, 4);
-  std::vector<std::vector<Tensor>> outputs(batches.size());
-  for (size_t b = 0; b < batches.size(); ++b) {
-    std::vector<Shape> shapes;
-    for (const Tensor& t : batches[b]) shapes.push_back(t.shape());
-    KILN_ASSIGN_OR_RETURN(auto plan, cache.Get(shapes));
-    KILN_RETURN_IF_ERROR(plan->Run(batches[b], &outputs[b]));
-  }
-  return outputs;
 }
 
 // The fp32 graph optimized again with `options`.
@@ -348,6 +331,8 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     CalibrationOptions calibration_options;
     calibration_options.intra_op_threads = compile.intra_op_threads;
     calibration_options.compile = compile;
+    // Its plans are thrown away after: threads per step are not timed for them.
+    calibration_options.compile->thread_choice = exec::ThreadChoiceMode::kOff;
     // Runs of about kCalibrationRows rows: --calibration_inputs batches (LoadCalibrationDir's
     // 32) run as they are, single warmup requests are joined. Joining all 200 ResNet-18 images
     // of a directory into one run (8 batches of 32 per run before) wrote 2.5 GB of observed
@@ -389,38 +374,12 @@ absl::StatusOr<CompressedSignature> CompressSignature(
   std::vector<std::vector<Tensor>> reference = std::move(calibration_reference);
   const bool reference_from_calibration = reference.size() == calibration.size();
   if (!reference_from_calibration) {
-    KILN_ASSIGN_OR_RETURN(reference, RunAll(fp32, compile, calibration));
+    KILN_ASSIGN_OR_RETURN(reference, RunOnBatches(fp32, compile, calibration));
   }
   const int64_t reference_ms = (NowNanos() - reference_start) / 1000000;
-  auto evaluate = [&](const ir::Graph& graph) -> absl::StatusOr<std::vector<OutputAccuracy>> {
-    KILN_ASSIGN_OR_RETURN(auto out,
-                          RunAll(std::make_shared<ir::Graph>(graph), compile, calibration));
-    return Compare(signature.output_keys, reference, out);
-  };
-  const int64_t evaluate_start = NowNanos();
-  KILN_ASSIGN_OR_RETURN(result.accuracy, evaluate(*result.graph));
-  // Where load time goes (the target is under 10 s for ResNet-18 with 200 images).
-  absl::StrAppend(
-      &report, "  time: ",
-      calibration_ms >= 0 ? absl::StrCat("calibration (fp32 runs) ", calibration_ms, " ms, ") : "",
-      reference_from_calibration ? "fp32 reference from the calibration runs"
-                                 : absl::StrCat("fp32 reference ", reference_ms, " ms"),
-      ", compressed run ", (NowNanos() - evaluate_start) / 1000000, " ms\n");
   const double tolerance = settings.tolerance;
-  absl::StrAppend(&report, "  accuracy vs fp32 on the calibration inputs (tolerance ",
-                  Fmt(tolerance), "), all ", layers.size(), " layers compressed:\n",
-                  AccuracyLines(result.accuracy));
-  if (WorstScore(result.accuracy) <= tolerance) {
-    absl::StrAppend(&report, "  layers: ", layers.size(), " compressed, none kept fp32\n");
-    absl::StrAppend(&report, "  compression took ", (NowNanos() - start) / 1000000, " ms\n");
-    return result;
-  }
-  // Beyond tolerance: each layer's effect alone, then keep the worst ones fp32. The ranking
-  // needs an order, not the final figures: each layer alone runs on the first calibration
-  // batches holding kRankingExamples examples, with threads per step not timed (a throwaway
-  // plan per layer); a candidate set whose errors on those batches already put it beyond the
-  // tolerance over every example (ScoreAtLeast) is not run on all of them. ResNet-18 on AVX2 with
-  // 200 images spent 86 of its 92.5 s load here when every ranking run took all of them.
+  // The first calibration batches holding kRankingExamples examples: the ranking below runs on
+  // them only (it needs an order, not the final figures), and every evaluation checks them first.
   constexpr int64_t kRankingExamples = 16;
   size_t ranking_batches = 0;
   int64_t ranking_examples = 0;
@@ -428,33 +387,104 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     const CalibrationBatch& b = calibration[ranking_batches++];
     ranking_examples += b.empty() || b[0].shape().rank() == 0 ? 1 : b[0].shape().dim(0);
   }
+  // Trial graphs run on throwaway plans: threads per step are not timed for them.
+  exec::CompileOptions trial_compile = compile;
+  trial_compile.thread_choice = exec::ThreadChoiceMode::kOff;
+  // The largest |fp32| output and the number of examples, over all of them: ScoreAtLeast's
+  // denominators.
+  const std::vector<OutputAccuracy> everything =
+      Compare(signature.output_keys, reference, reference);
+  // A graph's accuracy on the calibration inputs. The batches run in order, and the run stops
+  // once the errors so far (checked after the ranking batches, then at doubling counts) already
+  // put the graph beyond the tolerance over every example (ScoreAtLeast): `*examples_run` then
+  // says how many examples the returned accuracy covers. ResNet-18 on AVX2 with 200 images spent
+  // 86 of its 92.5 s load in the guard when every trial took all of them.
+  auto evaluate = [&](std::shared_ptr<const ir::Graph> graph,
+                      int64_t* examples_run) -> absl::StatusOr<std::vector<OutputAccuracy>> {
+    size_t next_check = std::max<size_t>(ranking_batches, 1);
+    std::vector<OutputAccuracy> beyond;
+    auto stop = [&](const std::vector<std::vector<Tensor>>& so_far) {
+      if (so_far.size() < next_check || so_far.size() == calibration.size()) return false;
+      next_check *= 2;
+      const std::vector<std::vector<Tensor>> ref(reference.begin(),
+                                                 reference.begin() + so_far.size());
+      std::vector<OutputAccuracy> acc = Compare(signature.output_keys, ref, so_far);
+      if (ScoreAtLeast(acc, everything) <= tolerance) return false;
+      beyond = std::move(acc);
+      return true;
+    };
+    KILN_ASSIGN_OR_RETURN(auto out,
+                          RunOnBatches(std::move(graph), trial_compile, calibration, stop));
+    *examples_run = 0;
+    for (size_t b = 0; b < out.size(); ++b) {
+      const CalibrationBatch& batch = calibration[b];
+      *examples_run += batch.empty() || batch[0].shape().rank() == 0 ? 1 : batch[0].shape().dim(0);
+    }
+    if (out.size() < calibration.size()) return beyond;
+    return Compare(signature.output_keys, reference, out);
+  };
+  const int64_t evaluate_start = NowNanos();
+  int64_t examples_run = 0;
+  KILN_ASSIGN_OR_RETURN(result.accuracy, evaluate(result.graph, &examples_run));
+  // Where load time goes (the target is under 10 s for ResNet-18 with 200 images).
+  absl::StrAppend(
+      &report, "  time: ",
+      calibration_ms >= 0 ? absl::StrCat("calibration (fp32 runs) ", calibration_ms, " ms, ") : "",
+      reference_from_calibration ? "fp32 reference from the calibration runs"
+                                 : absl::StrCat("fp32 reference ", reference_ms, " ms"),
+      ", compressed run ", (NowNanos() - evaluate_start) / 1000000, " ms\n");
+  absl::StrAppend(&report, "  accuracy vs fp32 on the calibration inputs (tolerance ",
+                  Fmt(tolerance), "), all ", layers.size(), " layers compressed",
+                  examples_run < examples
+                      ? absl::StrCat(": beyond it on the first ", examples_run,
+                                     " examples already (the run stopped there)")
+                      : "",
+                  ":\n", AccuracyLines(result.accuracy));
+  if (examples_run == examples && WorstScore(result.accuracy) <= tolerance) {
+    absl::StrAppend(&report, "  layers: ", layers.size(), " compressed, none kept fp32\n");
+    absl::StrAppend(&report, "  compression took ", (NowNanos() - start) / 1000000, " ms\n");
+    return result;
+  }
+  // Beyond tolerance: each layer's effect alone, then keep the worst ones fp32.
   const std::vector<CalibrationBatch> ranking_calibration(
       calibration.begin(), calibration.begin() + static_cast<ptrdiff_t>(ranking_batches));
   const std::vector<std::vector<Tensor>> ranking_reference(
       reference.begin(), reference.begin() + static_cast<ptrdiff_t>(ranking_batches));
-  exec::CompileOptions ranking_compile = compile;
-  ranking_compile.thread_choice = exec::ThreadChoiceMode::kOff;
   const int64_t ranking_start = NowNanos();
   std::vector<std::pair<double, std::string>> sensitivity;
   if (tolerance > 0 && layers.size() > 1) {
+    // With one layer compressed, everything upstream of it computes what fp32 does: only the
+    // part it reaches runs (layer_suffix.h), on fp32 values kept from one run.
+    std::vector<std::shared_ptr<const ir::Graph>> singles;
     for (const std::string& layer : layers) {
       opt::CompressionOptions alone = options;
       for (const std::string& other : layers) {
         if (other != layer) alone.keep_fp32.insert(other);
       }
       KILN_ASSIGN_OR_RETURN(auto single, Compress(from, pass_options, alone));
-      KILN_ASSIGN_OR_RETURN(auto out, RunAll(single.first, ranking_compile, ranking_calibration));
+      singles.push_back(std::move(single.first));
+    }
+    KILN_ASSIGN_OR_RETURN(auto suffixes,
+                          SuffixRunner::Make(fp32, singles, trial_compile, ranking_calibration));
+    int64_t nodes_run = 0, nodes = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(auto out, suffixes->Run(i));
       sensitivity.push_back(
-          {WorstScore(Compare(signature.output_keys, ranking_reference, out)), layer});
+          {WorstScore(Compare(signature.output_keys, ranking_reference, out)), layers[i]});
+      nodes_run += suffixes->nodes_run(i);
+      nodes += suffixes->nodes(i);
     }
     std::sort(sensitivity.begin(), sensitivity.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
     absl::StrAppend(&report, "  time: ", layers.size(), " layers ranked alone on the first ",
                     ranking_examples, " examples in ", (NowNanos() - ranking_start) / 1000000,
-                    " ms\n");
+                    " ms (each from where it changes the graph: ", nodes_run, " of ", nodes,
+                    " nodes run)\n");
   } else if (tolerance > 0) {
     sensitivity.push_back({WorstScore(result.accuracy), layers.empty() ? "" : layers[0]});
   }
+  const int64_t guard_start = NowNanos();
+  int trials = 0;
   opt::CompressionOptions guarded = options;
   bool within = false;
   for (size_t i = 0; i < sensitivity.size() && !sensitivity[i].second.empty(); ++i) {
@@ -462,21 +492,19 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     result.kept_fp32.push_back(sensitivity[i].second);
     if (result.kept_fp32.size() == layers.size()) break;  // everything fp32: use fp32 below
     KILN_ASSIGN_OR_RETURN(auto attempt, Compress(from, pass_options, guarded));
-    if (ranking_batches < calibration.size()) {
-      KILN_ASSIGN_OR_RETURN(auto out, RunAll(attempt.first, ranking_compile, ranking_calibration));
-      if (ScoreAtLeast(Compare(signature.output_keys, ranking_reference, out), result.accuracy) >
-          tolerance) {
-        continue;  // beyond over every example already: keep one more layer in fp32
-      }
-    }
-    KILN_ASSIGN_OR_RETURN(auto acc, evaluate(*attempt.first));
-    if (WorstScore(acc) <= tolerance) {
+    ++trials;
+    KILN_ASSIGN_OR_RETURN(auto acc, evaluate(attempt.first, &examples_run));
+    if (examples_run == examples && WorstScore(acc) <= tolerance) {
       result.graph = attempt.first;
       result.log = std::move(attempt.second);
       result.accuracy = std::move(acc);
       within = true;
       break;
     }
+  }
+  if (trials > 0) {
+    absl::StrAppend(&report, "  time: ", trials, " layer sets tried in ",
+                    (NowNanos() - guard_start) / 1000000, " ms\n");
   }
   if (!within) {
     // Nothing compressed stays within the tolerance: the fp32 graph itself, so the outputs

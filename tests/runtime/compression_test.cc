@@ -135,6 +135,17 @@ TEST(CompressionTest, TheGuardKeepsTheSensitiveLayerFp32) {
   // measured on all of them.
   EXPECT_NE(text.find("2 layers ranked alone on the first 16 examples"), std::string::npos) << text;
   EXPECT_NE(text.find("64 examples in 4 batches"), std::string::npos) << text;
+  // fc2 compressed alone runs from fc2 on: fc1's output is kept from one fp32 run.
+  EXPECT_NE(text.find("(each from where it changes the graph: 3 of 4 nodes run)"),
+            std::string::npos)
+      << text;
+  // With both layers int8 the first batch is already beyond the tolerance over all 64
+  // examples (0 of its 16 keep their class): the other three batches do not run.
+  EXPECT_NE(text.find("all 2 layers compressed: beyond it on the first 16 examples already"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("top-1 agreement 0.00% (0/16)"), std::string::npos) << text;
+  EXPECT_NE(text.find("top-1 agreement 100.00% (64/64)"), std::string::npos) << text;
 }
 
 TEST(CompressionTest, ToleranceZeroGivesFp32Exactly) {
