@@ -390,21 +390,24 @@ struct RowNormalize {
 template <typename T>
 class RowResizer {
  public:
+  // `stream`: `out` is written once and read much later (a batch slot, see Advance).
   RowResizer(int64_t in_w, int64_t c, const std::vector<Interpolation>& ys,
              const std::vector<Interpolation>& xs, std::vector<float>* scratch, float* out,
-             const RowNormalize* normalize)
+             const RowNormalize* normalize, bool stream = false)
       : c_(c),
         in_row_(in_w * c),
         out_row_(static_cast<int64_t>(xs.size()) * c),
         ys_(ys),
         xs_(xs),
         out_(out),
-        normalize_(normalize) {
+        normalize_(normalize),
+        stream_(stream) {
     // One float of padding after each buffer (see InterpolateRowRgb).
-    scratch->assign(in_row_ + 2 * out_row_ + 3, 0.0f);
+    scratch->assign(in_row_ + 3 * out_row_ + 3, 0.0f);
     converted_ = scratch->data();
     rows_[0] = converted_ + in_row_ + 1;
     rows_[1] = converted_ + in_row_ + out_row_ + 2;
+    staged_ = converted_ + in_row_ + 2 * out_row_ + 3;
   }
 
   template <typename RowFn>
@@ -432,7 +435,8 @@ class RowResizer {
       const float* top = rows_[0];
       const float* bottom = rows_[1];
       const float y_lerp = y.lerp;
-      float* out = out_ + next_ * out_row_;
+      // Streamed rows are computed in a row that stays in L1, then stored past the caches.
+      float* out = stream_ ? staged_ : out_ + next_ * out_row_;
       if (normalize_ == nullptr) {
         for (int64_t j = 0; j < out_row_; ++j) out[j] = Lerp(top[j], bottom[j], y_lerp);
       } else {
@@ -443,7 +447,13 @@ class RowResizer {
           out[j] = NormalizeValue(Lerp(top[j], bottom[j], y_lerp), scale, mean[j], stddev[j]);
         }
       }
+      if (stream_) StreamRow(staged_, out_row_, out_ + next_ * out_row_);
     }
+#if defined(__SSE2__)
+    // Streaming stores are weakly ordered: make them visible before the caller hands the
+    // output to another thread.
+    if (stream_) _mm_sfence();
+#endif
   }
 
  private:
@@ -469,11 +479,28 @@ class RowResizer {
     }
   }
 
+  // Copies `n` floats to `dst` with non-temporal stores where it is 16-byte aligned. A batch
+  // slot is written once and read by the consumer after the rest of the batch went through
+  // the caches (64 images of 224x224x3 floats are 37 MiB, more than the L3): ordinary stores
+  // would first read every line of it from memory (read for ownership) for nothing. The image
+  // benchmark spent 6% more CPU per image writing its slots that way (`kiln data bench
+  // --experiment=images`, 0.392-0.401 ms against 0.369-0.377 ms streamed).
+  static void StreamRow(const float* src, int64_t n, float* dst) {
+    int64_t j = 0;
+#if defined(__SSE2__)
+    for (; j < n && (reinterpret_cast<uintptr_t>(dst + j) & 15) != 0; ++j) dst[j] = src[j];
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+#endif
+    for (; j < n; ++j) dst[j] = src[j];
+  }
+
   const int64_t c_, in_row_, out_row_;
   const std::vector<Interpolation>& ys_;
   const std::vector<Interpolation>& xs_;
   float* const out_;
   const RowNormalize* const normalize_;
+  const bool stream_;
+  float* staged_;  // the row being computed when streaming
   float* converted_;
   float* rows_[2];
   int64_t cached_[2] = {-1, -1};  // input row held by rows_[i]
@@ -578,8 +605,10 @@ class ResizeRowSink : public JpegRowSink {
     ring_.resize(static_cast<size_t>(kRingRows) * stride_);
     ys_ = InterpolationWeights(height_, in_h, 1);
     xs_ = InterpolationWeights(width_, in_w, channels);
+    // A tensor given by output_ is a slot of a batch being assembled: streamed.
     resizer_.emplace(in_w, channels, ys_, xs_, &scratch_, out_.data<float>(),
-                     normalize_ != nullptr ? &row_normalize_ : nullptr);
+                     normalize_ != nullptr ? &row_normalize_ : nullptr,
+                     /*stream=*/output_ != nullptr);
     return true;
   }
   uint8_t* Row(int64_t y) override { return ring_.data() + (y % kRingRows) * stride_; }

@@ -129,9 +129,10 @@ TEST(DecodeJpegResizedTest, WritesIntoTheTensorItIsGiven) {
   EXPECT_EQ(out.status(), absl::InvalidArgumentError("no room"));
 }
 
-// A given output (a batch slot) holds the same bits as the steps apart for rows that are not
-// a whole number of vectors and slots that do not start on a vector boundary, and nothing is
-// written outside the slot.
+// A given output (a batch slot, written with streaming stores where aligned: RowResizer's
+// StreamRow) holds the same bits as the steps apart for rows that are not a whole number of
+// vectors and slots that do not start on a vector boundary, and nothing is written outside
+// the slot.
 TEST(DecodeJpegResizedTest, GivenSlotsHoldTheSameBitsAtAnyAlignment) {
   const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stddev = {0.229f, 0.224f, 0.225f};
   const NormalizeArgs normalize{mean, stddev, 1.0f / 255.0f};
