@@ -2,19 +2,51 @@
 // one-input stage with a bounded buffer). See async_stage.h.
 #include "data/async_stage.h"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "kiln/core/status.h"
 
 namespace kiln::data {
 
-int64_t ThreadCpuNanos() {
+namespace {
+
+// This thread's /proc/thread-self/schedstat, opened once per thread (the path resolves to
+// the thread that opens it) and read with pread: "<on cpu ns> <waiting ns> <timeslices>".
+struct SchedstatFile {
+  int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  ~SchedstatFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+ThreadCpuTimes SampleThreadCpu() {
+  ThreadCpuTimes times;
+  // The CPU time from the clock: schedstat's first field is only brought up to date at the
+  // scheduler's ticks while the thread runs. Its waiting time is exact once the thread runs
+  // (it is added when a wait ends), as it does when it reads the file.
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  times.on_cpu_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  thread_local SchedstatFile file;
+  if (file.fd >= 0) {
+    char text[96];
+    const ssize_t n = ::pread(file.fd, text, sizeof(text) - 1, 0);
+    if (n > 0) {
+      text[n] = '\0';
+      char* end = nullptr;
+      std::strtoull(text, &end, 10);
+      times.waiting_ns = static_cast<int64_t>(std::strtoull(end, nullptr, 10));
+    }
+  }
+  return times;
 }
 
 // ---- AsyncStageBase ----
@@ -78,8 +110,11 @@ Tunable::Measurement AsyncStageBase::Measure() {
   Measurement m;
   m.busy_ns = window_busy_ns_.exchange(0, std::memory_order_relaxed);
   const int64_t cpu = window_cpu_ns_.exchange(0, std::memory_order_relaxed);
+  const int64_t cpu_wait = window_cpu_wait_ns_.exchange(0, std::memory_order_relaxed);
   const int64_t cpu_wall = window_cpu_wall_ns_.exchange(0, std::memory_order_relaxed);
   m.cpu_fraction = cpu_wall > 0 ? std::min(1.0, static_cast<double>(cpu) / cpu_wall) : 1.0;
+  m.cpu_wait_fraction =
+      cpu_wall > 0 ? std::clamp(static_cast<double>(cpu_wait) / cpu_wall, 0.0, 1.0) : 0.0;
   m.elements = window_elements_.exchange(0, std::memory_order_relaxed);
   m.consumer_wait_ns = window_wait_ns_.exchange(0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
@@ -99,9 +134,11 @@ void AsyncStageBase::SetParallelism(int parallelism) {
   worker_cv_.notify_all();
 }
 
-void AsyncStageBase::RecordWork(int64_t t0, int64_t t1, int64_t cpu_ns, bool cpu_sampled) {
-  if (cpu_sampled) {
-    window_cpu_ns_.fetch_add(cpu_ns, std::memory_order_relaxed);
+void AsyncStageBase::RecordWork(int64_t t0, int64_t t1, const CpuSampler& sampler) {
+  if (sampler.sampled()) {
+    const ThreadCpuTimes spent = sampler.End();
+    window_cpu_ns_.fetch_add(spent.on_cpu_ns, std::memory_order_relaxed);
+    window_cpu_wait_ns_.fetch_add(spent.waiting_ns, std::memory_order_relaxed);
     window_cpu_wall_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
   }
   counters_->async_busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
@@ -319,7 +356,7 @@ int64_t AsyncStage::OutstandingLimitLocked() const {
 
 void AsyncStage::WorkerLoop(int index) {
   const std::string track = absl::StrCat(path_, " #", index);
-  uint32_t calls = 0;
+  CpuSampler sampler;
   MemoryAccountant& memory = ctx_.pipeline->memory();
   std::vector<InputUnit> units;
   std::vector<absl::Status> pull_status;
@@ -396,14 +433,13 @@ void AsyncStage::WorkerLoop(int index) {
     }
     const int64_t t0 = NowNanos();
     if (got > 0) {
-      const bool sample_cpu = (++calls & 7) == 1;
-      const int64_t cpu0 = sample_cpu ? ThreadCpuNanos() : 0;
+      sampler.Begin(t0);
       for (int64_t i = 0; i < got; ++i) {
         if (pull_status[i].ok()) pull_status[i] = Process(units[i], &outputs[i]);
         units[i].elements.clear();  // a batch's inputs are not kept until the next turn
       }
       const int64_t t1 = NowNanos();
-      RecordWork(t0, t1, sample_cpu ? ThreadCpuNanos() - cpu0 : 0, sample_cpu);
+      RecordWork(t0, t1, sampler);
       if (trace_ != nullptr && has_function()) trace_->AddEvent(track, "call", t0, t1);
     }
     const int64_t per_element_ns = got > 0 ? (NowNanos() - pull_start) / got : 0;

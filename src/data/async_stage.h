@@ -34,8 +34,42 @@
 
 namespace kiln::data {
 
-// CPU time of the calling thread (sampled to tell CPU-bound work from blocking work).
-int64_t ThreadCpuNanos();
+// Where the calling thread's time went since it started (sampled around a stage's calls to
+// tell CPU-bound work from blocking work): on a CPU (CLOCK_THREAD_CPUTIME_ID), and runnable
+// but waiting for one (/proc/thread-self/schedstat; 0 where the kernel does not report it).
+struct ThreadCpuTimes {
+  int64_t on_cpu_ns = 0;
+  int64_t waiting_ns = 0;
+};
+ThreadCpuTimes SampleThreadCpu();
+
+// Samples a worker's calls at most once per kCpuSampleIntervalNs: reading schedstat costs
+// about a microsecond, much more than a cheap map function.
+class CpuSampler {
+ public:
+  static constexpr int64_t kCpuSampleIntervalNs = 1'000'000;
+  // Before a call that starts at `now`: whether this call is sampled.
+  bool Begin(int64_t now) {
+    sampled_ = now - last_ >= kCpuSampleIntervalNs;
+    if (sampled_) {
+      last_ = now;
+      before_ = SampleThreadCpu();
+    }
+    return sampled_;
+  }
+  // After it: the times it spent (zero when not sampled).
+  ThreadCpuTimes End() const {
+    if (!sampled_) return {};
+    const ThreadCpuTimes after = SampleThreadCpu();
+    return {after.on_cpu_ns - before_.on_cpu_ns, after.waiting_ns - before_.waiting_ns};
+  }
+  bool sampled() const { return sampled_; }
+
+ private:
+  int64_t last_ = -kCpuSampleIntervalNs;
+  bool sampled_ = false;
+  ThreadCpuTimes before_;
+};
 
 class AsyncStageBase : public IteratorBase, public Tunable {
  public:
@@ -76,7 +110,7 @@ class AsyncStageBase : public IteratorBase, public Tunable {
   virtual void ParallelismChangedLocked() {}
 
   // Accounting shared by the stages (window counters the autotuner reads).
-  void RecordWork(int64_t t0, int64_t t1, int64_t cpu_ns, bool cpu_sampled);
+  void RecordWork(int64_t t0, int64_t t1, const CpuSampler& sampler);
   void RecordConsumerWait(int64_t start, int64_t end);
   void RecordDelivered() { window_elements_.fetch_add(1, std::memory_order_relaxed); }
   // Waits on consumer_cv_ (lock held) until `ready`, recording the wait.
@@ -101,7 +135,8 @@ class AsyncStageBase : public IteratorBase, public Tunable {
   bool registered_tunable_ = false;
   bool stopped_ = false;
   std::vector<std::thread> workers_;
-  std::atomic<int64_t> window_busy_ns_{0}, window_cpu_ns_{0}, window_cpu_wall_ns_{0};
+  std::atomic<int64_t> window_busy_ns_{0}, window_cpu_ns_{0}, window_cpu_wait_ns_{0},
+      window_cpu_wall_ns_{0};
   std::atomic<int64_t> window_elements_{0}, window_wait_ns_{0};
 };
 

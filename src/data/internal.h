@@ -93,6 +93,7 @@ class Tunable {
   struct Measurement {
     int64_t busy_ns = 0;           // worker time inside the stage's function (window)
     double cpu_fraction = 1.0;     // CPU time / wall time of that work (sampled)
+    double cpu_wait_fraction = 0;  // time runnable but waiting for a CPU / wall time (sampled)
     int64_t elements = 0;          // produced (window)
     int64_t consumer_wait_ns = 0;  // consumer blocked on this stage (window)
     int parallelism = 1;

@@ -261,7 +261,7 @@ class ParallelInterleaveStage : public AsyncStageBase {
 
   void WorkerLoop(int index) {
     const std::string track = absl::StrCat(path_, " #", index);
-    uint32_t calls = 0;
+    CpuSampler sampler;
     while (true) {
       int j;
       IteratorBase* it;
@@ -281,12 +281,11 @@ class ParallelInterleaveStage : public AsyncStageBase {
       }
       Result result;
       bool end = false;
-      const bool sample_cpu = (++calls & 7) == 1;
-      const int64_t cpu0 = sample_cpu ? ThreadCpuNanos() : 0;
       const int64_t t0 = NowNanos();
+      sampler.Begin(t0);
       result.status = it->GetNext(&result.element, &end);
       const int64_t t1 = NowNanos();
-      RecordWork(t0, t1, sample_cpu ? ThreadCpuNanos() - cpu0 : 0, sample_cpu);
+      RecordWork(t0, t1, sampler);
       if (trace_ != nullptr) trace_->AddEvent(track, "GetNext", t0, t1);
       {
         std::lock_guard<std::mutex> lock(mu_);

@@ -11,6 +11,15 @@ constexpr int64_t kTickNanos = 20'000'000;  // 20 ms windows
 constexpr double kStarvedFraction = 0.02;   // consumer waited > 2% of the window
 constexpr double kSaturated = 0.7;          // active workers busy > 70% of the window
 constexpr double kIdle = 0.3;
+constexpr double kQueued = 0.2;  // workers waited for a CPU > 20% of their busy time
+
+// The share of a stage's busy time in which it wanted a CPU: on one, or runnable and waiting
+// for one. Workers beyond the cores wait for a CPU, not for I/O: counting only their time on
+// a CPU made an image map with 4 workers on 2 cores look half idle, and the tuner grew it to
+// all 8 of its threads, which then took turns on the cores.
+double CpuDemand(const Tunable::Measurement& m) {
+  return std::min(1.0, m.cpu_fraction + m.cpu_wait_fraction);
+}
 }  // namespace
 
 Autotuner::Autotuner(PipelineState* pipeline) : pipeline_(pipeline) {}
@@ -75,13 +84,14 @@ void Autotuner::Tick(int64_t window_ns) {
 void Autotuner::Decide(std::vector<StageView>& stages, int64_t window_ns, int cpu_budget,
                        int64_t ram_budget, int64_t ram_used) {
   const double window = static_cast<double>(window_ns);
-  // Cores in use now: the measured busy time weighted by how much of it was on a CPU (a
-  // worker blocked in I/O or a sleep is busy but costs no CPU).
+  // Cores wanted now: the measured busy time weighted by how much of it was on a CPU or
+  // waiting for one (a worker blocked in I/O or a sleep is busy but costs no CPU). Above the
+  // budget when workers take turns on too few cores.
   double cpu_in_use = 0;
   for (StageView& s : stages) {
     s.new_parallelism = s.m.parallelism;
     s.new_buffer = s.m.buffer_limit;
-    cpu_in_use += s.m.busy_ns * s.m.cpu_fraction / window;
+    cpu_in_use += s.m.busy_ns * CpuDemand(s.m) / window;
   }
   // The most starved stages are served first.
   std::vector<StageView*> order;
@@ -101,7 +111,7 @@ void Autotuner::Decide(std::vector<StageView>& stages, int64_t window_ns, int cp
         // Grow in proportion to how starved the consumer is, within the CPU budget: each new
         // worker is expected to use as much CPU as the current ones do on average.
         int step = std::max(1, static_cast<int>(std::lround(p * starved)));
-        const double cpu_per_worker = utilization * m.cpu_fraction;
+        const double cpu_per_worker = utilization * CpuDemand(m);
         if (cpu_per_worker > 0.05) {
           const int affordable =
               static_cast<int>(std::floor((cpu_budget - cpu_in_use) / cpu_per_worker));
@@ -110,6 +120,15 @@ void Autotuner::Decide(std::vector<StageView>& stages, int64_t window_ns, int cp
         step = std::min(step, s->max_parallelism - p);
         s->new_parallelism = p + step;
         cpu_in_use += step * cpu_per_worker;
+      } else if (cpu_in_use > cpu_budget && m.cpu_wait_fraction > kQueued && p > 1) {
+        // More workers want a CPU than the budget has cores: they only take turns, and each
+        // switch evicts the cache state of the work it interrupts. Keep the workers that fill
+        // this stage's share of the budget.
+        const double cpu_per_worker = utilization * CpuDemand(m);
+        const double share = (p * cpu_per_worker) * cpu_budget / cpu_in_use;
+        const int keep = std::clamp(static_cast<int>(std::lround(share / cpu_per_worker)), 1, p);
+        cpu_in_use -= (p - keep) * cpu_per_worker;
+        s->new_parallelism = keep;
       } else if (starved < kStarvedFraction / 4 && utilization < kIdle && p > 1) {
         // Workers mostly idle while the consumer never waits: give cores back, keeping
         // enough workers for the measured load with headroom.

@@ -2,11 +2,15 @@
 // statistics, traces and the autotuner's decisions.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "data/async_stage.h"
 #include "data/autotune/autotuner.h"
 #include "kiln/core/clock.h"
 #include "test_util.h"
@@ -172,6 +176,76 @@ TEST(AutotuneTest, GrowsAStarvedSaturatedStageWithinTheCpuBudget) {
   views[0].m.consumer_wait_ns = 20'000'000;
   Autotuner::Decide(views, 20'000'000, 3, 1 << 30, 0);
   EXPECT_EQ(views[0].new_parallelism, 4);
+}
+
+// Two threads spinning on one CPU each spend about half their time waiting for it: what the
+// autotuner must tell from blocking in I/O (which costs no CPU and no waiting).
+TEST(AutotuneTest, SampleThreadCpuSeesTimeSpentWaitingForACpu) {
+  if (::access("/proc/thread-self/schedstat", R_OK) != 0) {
+    GTEST_SKIP() << "this kernel does not report scheduler statistics";
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  if (sched_getaffinity(0, sizeof(one), &one) != 0) GTEST_SKIP() << "no affinity";
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &one)) ++cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ThreadCpuTimes spent[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+      const ThreadCpuTimes before = SampleThreadCpu();
+      const int64_t end = NowNanos() + 200'000'000;
+      while (NowNanos() < end) {
+      }
+      const ThreadCpuTimes after = SampleThreadCpu();
+      spent[t] = {after.on_cpu_ns - before.on_cpu_ns, after.waiting_ns - before.waiting_ns};
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const ThreadCpuTimes& s : spent) {
+    EXPECT_GT(s.on_cpu_ns, 20'000'000);
+    EXPECT_GT(s.waiting_ns, 20'000'000);  // about 100 ms each
+  }
+  // A sleeping thread waits for nothing.
+  const ThreadCpuTimes before = SampleThreadCpu();
+  ::usleep(50'000);
+  const ThreadCpuTimes after = SampleThreadCpu();
+  EXPECT_LT(after.waiting_ns - before.waiting_ns, 20'000'000);
+  EXPECT_LT(after.on_cpu_ns - before.on_cpu_ns, 20'000'000);
+}
+
+// 8 workers of a CPU-bound map on 2 cores: each is busy the whole window but on a CPU a
+// quarter of it, and waits for one most of the rest. That is not I/O: the stage must not grow
+// (it did, to all its threads) but shrink to the cores it can have.
+TEST(AutotuneTest, WorkersWaitingForACpuAreNotFreeCapacity) {
+  std::vector<Autotuner::StageView> views(1);
+  views[0].tunes_parallelism = true;
+  views[0].max_parallelism = 8;
+  views[0].m.parallelism = 8;
+  views[0].m.busy_ns = 8 * 20'000'000;
+  views[0].m.consumer_wait_ns = 10'000'000;  // starved
+  views[0].m.cpu_fraction = 0.25;
+  views[0].m.cpu_wait_fraction = 0.72;
+  Autotuner::Decide(views, 20'000'000, /*cpu_budget=*/2, 1 << 30, 0);
+  EXPECT_EQ(views[0].new_parallelism, 2);
+  // At 2 workers on 2 cores they hardly wait: kept, and not grown although starved.
+  views[0].m.parallelism = 2;
+  views[0].m.busy_ns = 2 * 20'000'000;
+  views[0].m.cpu_fraction = 0.97;
+  views[0].m.cpu_wait_fraction = 0.03;
+  Autotuner::Decide(views, 20'000'000, 2, 1 << 30, 0);
+  EXPECT_EQ(views[0].new_parallelism, 2);
+  // The same waits within the budget (4 cores, other processes busy): no shrink.
+  views[0].m.parallelism = 3;
+  views[0].m.busy_ns = 3 * 20'000'000;
+  views[0].m.consumer_wait_ns = 0;
+  views[0].m.cpu_fraction = 0.6;
+  views[0].m.cpu_wait_fraction = 0.4;
+  Autotuner::Decide(views, 20'000'000, 4, 1 << 30, 0);
+  EXPECT_EQ(views[0].new_parallelism, 3);
 }
 
 TEST(AutotuneTest, ShrinksIdleStagesAndBuffersUnderRamPressure) {
