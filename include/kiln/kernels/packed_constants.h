@@ -44,6 +44,14 @@ class PackedConstantCache {
     return std::move(made->first);
   }
 
+  // The entry for (node, key) if one was made, else null; makes nothing.
+  template <typename T>
+  std::shared_ptr<const T> Find(const ir::Node* node, const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find({node, key});
+    return it == entries_.end() ? nullptr : std::static_pointer_cast<const T>(it->second);
+  }
+
   size_t bytes() const {  // packed bytes held, each entry counted once
     std::lock_guard<std::mutex> lock(mutex_);
     return bytes_;

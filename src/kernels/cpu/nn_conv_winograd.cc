@@ -107,6 +107,21 @@ std::string DescKey(const memory::desc& d) {
   return key;
 }
 
+// A Winograd weight layout as a cache key: oneDNN's wino formats are not blocked ones, so
+// DescKey does not tell them apart; their parameters do.
+std::string WinoKey(const memory::desc& d) {
+  const dnnl_wino_desc_t& w = d.data.format_desc.wino_desc;
+  return absl::StrCat("wino", static_cast<int>(w.wino_format), ":", w.r, ":", w.alpha, ":", w.ic,
+                      ":", w.oc, ":", w.ic_block, ":", w.oc_block, ":", w.ic2_block, ":",
+                      w.oc2_block, ":", w.size);
+}
+
+// Transformed weight layouts one node may pack. oneDNN picks the Winograd weight layout from
+// the batch size, and one layout serves a range of batch sizes (on avx512_core: F(2,3)'s for
+// batches 1-2, F(4,3)'s in one or two ranges above); ResNet-18 at batch sizes 1 to 64 needs 3.
+// Each is 1.8x (F(2,3)) or 4x (F(4,3)) the plain weights.
+constexpr int kMaxWinogradLayouts = 3;
+
 // The timed decision, kept in the model's PackedConstantCache: convolutions of one shape,
 // layouts and post-ops (ResNet's repeated blocks) are timed once per model.
 struct TimedChoice {
@@ -219,6 +234,47 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     why_ = "direct (oneDNN has no Winograd here)";
     return absl::OkStatus();
   }
+  // The transformed weights are packed once per layout and node, and shared by every plan that
+  // uses that layout: a layout an earlier plan of the model packed is used when oneDNN takes it
+  // for this batch size; otherwise this plan's own layout takes a free slot, if one is left
+  // (else it stays direct), so compiling plans for more batch sizes packs at most
+  // kMaxWinogradLayouts copies. Until 6f311fb a node had one layout: after a batch-1 plan,
+  // ResNet-18's batch-32 plan stayed direct and ran 219-227 ms instead of 175-177.
+  int free_slot = -1;  // the slot this plan's own layout would take; -1: uses a packed one
+  if (q.cache != nullptr && q.node != nullptr) {
+    const memory::desc natural = winograd_pd->weights_desc();
+    bool fits = false;
+    for (int i = 0; i < kMaxWinogradLayouts && !fits; ++i) {
+      const auto packed =
+          q.cache->Find<memory::desc>(q.node, absl::StrCat("conv-winograd-weights:", i));
+      if (packed == nullptr) {
+        free_slot = i;
+        break;
+      }
+      if (*packed == natural) {
+        fits = true;
+        break;
+      }
+      try {
+        dnnl::convolution_forward::desc forced(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd, any_x,
+            *packed, q.bias, any_y, q.strides_dnnl, q.dilations_dnnl, q.pads_begin, q.pads_end);
+        dnnl::convolution_forward::primitive_desc forced_pd(forced, *q.attr, engine);
+        if (forced_pd.weights_desc() == *packed) {
+          winograd.emplace(forced);
+          winograd_pd.emplace(forced_pd);
+          fits = true;
+        }
+      } catch (const dnnl::error&) {
+        // oneDNN does not run this batch size on that layout: the next one.
+      }
+    }
+    if (!fits && free_slot < 0) {
+      why_ = absl::StrCat("direct (this node's Winograd weights are packed in ",
+                          kMaxWinogradLayouts, " layouts, none for this batch size)");
+      return absl::OkStatus();
+    }
+  }
   // The fallback: direct, on the plan's layouts and the weights' plain bytes (it runs only
   // when an output is not finite, so it needs no packed weights of its own).
   std::optional<dnnl::convolution_forward::primitive_desc> fallback_pd;
@@ -294,7 +350,8 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     } else {
       std::string key =
           absl::StrCat("conv-winograd:", q.threads, ":", q.has_residual, ":", DescKey(q.user_x),
-                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":", q.bias ? 1 : 0);
+                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":",
+                       WinoKey(winograd_pd->weights_desc()), ":", q.bias ? 1 : 0);
       for (size_t i = 0; i < inside; ++i) {
         absl::StrAppend(&key, ":", (*q.post_ops)[i].kind, (*q.post_ops)[i].alpha);
       }
@@ -307,26 +364,20 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
   } else {
     why_ = absl::StrCat("winograd ", winograd_pd->impl_info_str(), " (KILN_CONV_WINOGRAD=1)");
   }
-  if (take && q.cache != nullptr && q.node != nullptr) {
-    // oneDNN's Winograd weight layout depends on the batch size: a plan for another batch
-    // size would pack another transformed copy of the weights. One copy per node and model
-    // (claimed by the first plan that takes Winograd, usually batch 1 at warmup, where it
-    // gains most); other plans use it when their layout is the same, else stay direct, so
-    // compiling a plan for a new batch size packs no weights (issue 9).
-    // The whole descriptor: Winograd's weight formats are not blocked ones, so DescKey's
-    // strides and blocks do not tell them apart.
+  if (take && free_slot >= 0) {
+    // This plan's own layout takes the free slot; if another plan compiling at the same time
+    // took it first with another layout, this one stays direct.
     const memory::desc layout = winograd_pd->weights_desc();
     KILN_ASSIGN_OR_RETURN(
         std::shared_ptr<const memory::desc> claimed,
         q.cache->GetOrCreate<memory::desc>(
-            q.node, "conv-winograd-weights",
+            q.node, absl::StrCat("conv-winograd-weights:", free_slot),
             [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const memory::desc>, size_t>> {
               return std::make_pair(std::make_shared<const memory::desc>(layout), size_t{0});
             }));
     if (*claimed != layout) {
       take = false;
-      why_ = absl::StrCat("direct (", why_,
-                          "; this node's Winograd weights are packed for another batch size)");
+      why_ = absl::StrCat("direct (", why_, "; another plan took this node's free layout slot)");
     }
   }
   if (!take) return absl::OkStatus();

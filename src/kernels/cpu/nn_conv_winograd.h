@@ -20,9 +20,11 @@
 // shapes and layouts (reorders into Winograd's blocked layout included) and Winograd is taken
 // when it is faster by kMinWinogradGain. KILN_CONV_WINOGRAD=0 (or off) keeps every convolution
 // direct; =1 (or on) takes Winograd wherever oneDNN has it (tests, measurements); unset or auto
-// times. Either way the transformed weights are packed once per node and model: oneDNN's
-// Winograd weight layout depends on the batch size, and a plan whose layout differs from the
-// one an earlier plan of the model packed stays direct.
+// times. Either way the transformed weights are packed once per layout, node and model, and
+// shared by the plans of every batch size oneDNN runs on that layout (its layout depends on
+// the batch size, one layout covering a range of them); a node packs at most
+// kMaxWinogradLayouts (3) layouts, and a plan that fits none of them once all are taken stays
+// direct.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
