@@ -342,6 +342,16 @@ std::string Tensor::DebugString(int max_elements) const {
 
 bool TensorsEqual(const Tensor& a, const Tensor& b) { return TensorsAllClose(a, b, 0, 0); }
 
+bool TensorsIdentical(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (a.raw_data() == b.raw_data()) return true;
+  if (a.dtype() == DType::kString) {
+    return std::equal(a.data<std::string>(), a.data<std::string>() + a.num_elements(),
+                      b.data<std::string>());
+  }
+  return std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
+}
+
 bool TensorsAllClose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   bool equal = true;

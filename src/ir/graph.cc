@@ -4,6 +4,8 @@
 #include <deque>
 #include <functional>
 #include <set>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -681,6 +683,23 @@ std::string Graph::ToString() const {
   std::string out;
   PrintGraph(*this, 0, &out);
   return out;
+}
+
+bool AttributesEqual(const Attribute& a, const Attribute& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&](const auto& x) -> bool {
+        using T = std::decay_t<decltype(x)>;
+        const T& y = std::get<T>(b);
+        if constexpr (std::is_same_v<T, Tensor>) {
+          return TensorsIdentical(x, y);
+        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+          return std::equal(x.begin(), x.end(), y.begin(), y.end(), TensorsIdentical);
+        } else {
+          return x == y;  // graphs by pointer; a NaN float compares unequal
+        }
+      },
+      a);
 }
 
 }  // namespace kiln::ir

@@ -15,30 +15,6 @@
 namespace kiln::opt {
 namespace {
 
-bool AttributesEqual(const ir::Attribute& a, const ir::Attribute& b) {
-  if (a.index() != b.index()) return false;
-  return std::visit(
-      [&](const auto& x) -> bool {
-        using T = std::decay_t<decltype(x)>;
-        const T& y = std::get<T>(b);
-        if constexpr (std::is_same_v<T, Tensor>) {
-          return TensorsEqual(x, y);
-        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-          if (x.size() != y.size()) return false;
-          for (size_t i = 0; i < x.size(); ++i) {
-            if (!TensorsEqual(x[i], y[i])) return false;
-          }
-          return true;
-        } else if constexpr (std::is_same_v<T, ir::GraphPtr> ||
-                             std::is_same_v<T, std::vector<ir::GraphPtr>>) {
-          return false;  // subgraphs are never merged
-        } else {
-          return x == y;
-        }
-      },
-      a);
-}
-
 bool SameComputation(const Node& a, const Node& b) {
   if (a.op != b.op || a.domain != b.domain || a.inputs != b.inputs ||
       a.outputs.size() != b.outputs.size() || a.attrs.size() != b.attrs.size()) {
@@ -46,7 +22,7 @@ bool SameComputation(const Node& a, const Node& b) {
   }
   for (const auto& [key, value] : a.attrs) {
     auto it = b.attrs.find(key);
-    if (it == b.attrs.end() || !AttributesEqual(value, it->second)) return false;
+    if (it == b.attrs.end() || !ir::AttributesEqual(value, it->second)) return false;
   }
   return true;
 }

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
-#include <type_traits>
 #include <utility>
-#include <variant>
 
 #include "absl/container/flat_hash_map.h"
 #include "kiln/core/status.h"
@@ -13,34 +11,6 @@
 
 namespace kiln::runtime {
 namespace {
-
-bool SameTensor(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  if (a.raw_data() == b.raw_data()) return true;
-  if (a.dtype() == DType::kString) return false;  // not compared: counts as changed
-  return std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
-}
-
-bool SameAttribute(const ir::Attribute& a, const ir::Attribute& b) {
-  if (a.index() != b.index()) return false;
-  return std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        const T& y = std::get<T>(b);
-        if constexpr (std::is_same_v<T, Tensor>) {
-          return SameTensor(x, y);
-        } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
-          if (x.size() != y.size()) return false;
-          for (size_t i = 0; i < x.size(); ++i) {
-            if (!SameTensor(x[i], y[i])) return false;
-          }
-          return true;
-        } else {
-          return x == y;  // a NaN float attribute compares unequal: changed, which is safe
-        }
-      },
-      a);
-}
 
 bool HasSubgraph(const ir::Node& node) {
   for (const auto& [key, attr] : node.attrs) {
@@ -73,12 +43,12 @@ bool SameNode(const ir::Graph& g, const ir::Node& n, const ir::Graph& fp32, cons
     if (g.value(a).name != fp32.value(b).name || g.IsConstant(a) != fp32.IsConstant(b)) {
       return false;
     }
-    if (g.IsConstant(a) && !SameTensor(*g.value(a).constant, *fp32.value(b).constant)) {
+    if (g.IsConstant(a) && !TensorsIdentical(*g.value(a).constant, *fp32.value(b).constant)) {
       return false;
     }
   }
   for (auto it = n.attrs.begin(), jt = m.attrs.begin(); it != n.attrs.end(); ++it, ++jt) {
-    if (it->first != jt->first || !SameAttribute(it->second, jt->second)) return false;
+    if (it->first != jt->first || !ir::AttributesEqual(it->second, jt->second)) return false;
   }
   return true;
 }

@@ -48,6 +48,29 @@ TEST(TensorTest, StringTensorsOwnTheirStrings) {
   EXPECT_TRUE(TensorsEqual(copy, t));
 }
 
+// TensorsIdentical is what a computation cannot tell apart: the sign of a zero and a NaN's
+// payload count, unlike TensorsEqual's values.
+TEST(TensorTest, IdenticalTensorsHaveTheSameBytes) {
+  const Tensor a = Tensor::FromVector<float>({0.0f, 1.0f, std::nanf("1")});
+  EXPECT_TRUE(TensorsIdentical(a, a));
+  EXPECT_TRUE(TensorsIdentical(a, a.Clone()));
+  Tensor signed_zero = a.Clone();
+  signed_zero.data<float>()[0] = -0.0f;
+  EXPECT_TRUE(TensorsEqual(a, signed_zero));
+  EXPECT_FALSE(TensorsIdentical(a, signed_zero));
+  Tensor other_nan = a.Clone();
+  other_nan.data<float>()[2] = std::nanf("2");
+  EXPECT_TRUE(TensorsEqual(a, other_nan));
+  EXPECT_FALSE(TensorsIdentical(a, other_nan));
+  EXPECT_FALSE(TensorsIdentical(a, Tensor::FromVector<float>({0.0f, 1.0f})));
+  Tensor s(DType::kString, Shape{2});
+  s.data<std::string>()[0] = std::string(100, 'x');
+  EXPECT_TRUE(TensorsIdentical(s, s.Clone()));
+  Tensor t = s.Clone();
+  t.data<std::string>()[1] = "y";
+  EXPECT_FALSE(TensorsIdentical(s, t));
+}
+
 TEST(TensorTest, LargeBuffersAreReusedAndZeroedWhenAsked) {
   // A batch of 64 images of 224x224x3 floats: freed and allocated again every step.
   const Shape batch{64, 224, 224, 3};

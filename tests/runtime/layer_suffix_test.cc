@@ -11,6 +11,8 @@
 #include <memory>
 #include <random>
 
+#include "kiln/runtime/inputs.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -19,17 +21,17 @@ using ir::MemoryLayout;
 using ir::TensorType;
 using ir::ValueId;
 
-Tensor Uniform(Shape shape, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Tensor t(DType::kFloat32, shape);
-  for (float& v : t.span<float>()) v = dist(rng);
+// Floats uniform in [-scale, scale).
+Tensor Uniform(Shape shape, uint32_t seed, float scale = 1) {
+  std::mt19937_64 rng(seed);
+  Tensor t = RandomTensor(DType::kFloat32, shape, rng);
+  for (float& v : t.span<float>()) v *= scale;
   return t;
 }
 
 ValueId Conv(Graph& g, ValueId x, const std::string& weights, uint32_t seed,
              const std::string& name, MemoryLayout layout) {
-  const ValueId w = g.AddConstant(weights, Uniform({16, 16, 3, 3}, seed, -0.2f, 0.2f));
+  const ValueId w = g.AddConstant(weights, Uniform({16, 16, 3, 3}, seed, 0.2f));
   const ir::NodeId id =
       g.AddNode("Conv", {x, w}, 1, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}, name);
   const ValueId y = g.node(id).outputs[0];
@@ -59,7 +61,7 @@ std::shared_ptr<Graph> Reweighted(const Graph& g, const std::string& name, uint3
   for (ir::Node& n : changed->nodes()) {
     if (n.name == name) {
       n.inputs[1] =
-          changed->AddConstant(name + "_int8", Uniform({16, 16, 3, 3}, seed, -0.2f, 0.2f));
+          changed->AddConstant(name + "_int8", Uniform({16, 16, 3, 3}, seed, 0.2f));
     }
   }
   return changed;

@@ -163,6 +163,10 @@ absl::StatusOr<size_t> CheckedByteSize(DType dtype, const Shape& shape);
 
 // True when both tensors have the same dtype, shape and elements (NaNs compare equal).
 bool TensorsEqual(const Tensor& a, const Tensor& b);
+// True when both tensors have the same dtype, shape and bytes (strings: the same strings): what
+// a computation cannot tell apart, so -0.0 and 0.0, or two NaN payloads, differ. The same
+// buffer is not read.
+bool TensorsIdentical(const Tensor& a, const Tensor& b);
 // Element-wise |a - b| <= atol + rtol * |b| for floating-point tensors, equality otherwise.
 bool TensorsAllClose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 

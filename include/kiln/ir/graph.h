@@ -183,6 +183,10 @@ absl::Status Verify(const Graph& graph);
 // Conv, kiln::FusedConv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
 bool LayoutAware(const Node& node);
 
+// Whether two attributes hold the same value: tensors identical (TensorsIdentical: -0.0 and
+// 0.0 differ), subgraphs only when they are the same object.
+bool AttributesEqual(const Attribute& a, const Attribute& b);
+
 // Fills in dtypes and (symbolic) shapes of values wherever the operators' rules allow; leaves
 // the rest unknown. Never fails on an unknown operator (its outputs stay unknown).
 absl::Status InferShapes(Graph& graph);
