@@ -1,5 +1,6 @@
 // Accuracy of the vector math (both instruction sets) against double-precision references:
 // ulp bounds over a dense sweep of the float range, and exact NaN/Inf handling.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -149,6 +150,76 @@ TEST(SimdAccuracy, ReductionsMatchAndPropagateNaN) {
         EXPECT_TRUE(std::isnan(k->reduce_min(v.data(), n))) << k->isa << " n=" << n;
       }
     }
+  }
+}
+
+// The int8 MatMul's row quantization gives the same codes, scale and zero point at every ISA
+// (the AVX-512 loop steps 16 floats where the AVX2 one steps 2 x 8, the tails differ), and its
+// dequantization the same floats; NaN and infinite rows are refused.
+TEST(SimdAccuracy, RowQuantizationIsTheSameAtEveryIsa) {
+  const std::vector<const Kernels*> isas = AllIsas();
+  for (int k : {1, 7, 15, 16, 17, 31, 33, 256, 1000, 1024}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      std::vector<float> a(k);
+      for (int i = 0; i < k; ++i) a[i] = std::sin(i * 0.731f + variant) * (variant + 1) * 1.7f;
+      if (variant == 1) {
+        for (float& v : a) v = std::fabs(v);  // all >= 0: zero point 0
+      } else if (variant == 2) {
+        for (float& v : a) v = -std::fabs(v) - 0.25f;  // all < 0: zero point 255
+      } else if (variant == 3) {
+        a[k / 2] = std::numeric_limits<float>::quiet_NaN();
+      } else if (variant == 4) {
+        a[k - 1] = -std::numeric_limits<float>::infinity();
+      }
+      std::vector<std::vector<uint8_t>> codes;
+      std::vector<float> scales;
+      std::vector<int32_t> zeros;
+      for (const Kernels* isa : isas) {
+        std::vector<uint8_t> q(k, 77);
+        float scale = -1;
+        int32_t zero = -1;
+        const bool finite = isa->quantize_row_u8(a.data(), k, q.data(), &scale, &zero);
+        EXPECT_EQ(finite, variant < 3) << isa->isa << " k=" << k << " variant " << variant;
+        if (finite) {
+          // Each code decodes to within half a step of its value.
+          for (int i = 0; i < k; ++i) {
+            EXPECT_NEAR((q[i] - zero) * scale, a[i], 0.5f * scale * 1.001f)
+                << isa->isa << " k=" << k << " at " << i;
+          }
+        } else {
+          EXPECT_EQ(scale, 0.0f);
+          EXPECT_EQ(zero, 0);
+          EXPECT_EQ(std::count(q.begin(), q.end(), 0), k);
+        }
+        codes.push_back(q);
+        scales.push_back(scale);
+        zeros.push_back(zero);
+      }
+      for (size_t i = 1; i < isas.size(); ++i) {
+        EXPECT_EQ(codes[i], codes[0]) << isas[i]->isa << " k=" << k << " variant " << variant;
+        EXPECT_EQ(scales[i], scales[0]);
+        EXPECT_EQ(zeros[i], zeros[0]);
+      }
+    }
+  }
+  for (int n : {1, 15, 16, 17, 100, 1024}) {
+    std::vector<int32_t> acc(n), colsum(n);
+    std::vector<float> w_scale(n);
+    for (int j = 0; j < n; ++j) {
+      acc[j] = (j * 7919) % 200001 - 100000;
+      colsum[j] = (j * 104729) % 4001 - 2000;
+      w_scale[j] = 1e-3f * (1 + j % 13);
+    }
+    std::vector<std::vector<float>> outs;
+    for (const Kernels* isa : isas) {
+      std::vector<float> out(n);
+      isa->dequantize_row(acc.data(), colsum.data(), w_scale.data(), 37, 0.0123f, out.data(), n);
+      for (int j = 0; j < n; ++j) {
+        EXPECT_EQ(out[j], static_cast<float>(acc[j] - 37 * colsum[j]) * (0.0123f * w_scale[j]));
+      }
+      outs.push_back(out);
+    }
+    for (size_t i = 1; i < isas.size(); ++i) EXPECT_EQ(outs[i], outs[0]) << n;
   }
 }
 

@@ -15,14 +15,13 @@
 // has avx512_bf16/AMX; elsewhere products of a few rows widen the bf16 weights as they read
 // them (half the bytes of fp32: these products wait on memory), and larger ones use an fp32
 // copy packed once per model.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/simd/ops.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/compressed_matmul.h"
 #include "kiln/ir/int8_ops.h"
@@ -202,72 +201,6 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     return absl::OkStatus();
   }
 
-  // Row r of A into u8 with its own scale and zero point; marks rows holding NaN or Inf.
-  // The row scan and its conversion in AVX2 (Kiln's baseline ISA): the compiler keeps float
-  // min/max and sums scalar (NaN and associativity rules), and this runs over every element
-  // of A on every call.
-  void QuantizeRow(const float* a, uint8_t* q, float* scale, int32_t* zero, uint8_t* bad) const {
-    const __m256 zero_ps = _mm256_setzero_ps();
-    __m256 lo8 = zero_ps, hi8 = zero_ps, poison8 = zero_ps;
-    int64_t i = 0;
-    for (; i + 8 <= k_; i += 8) {
-      const __m256 v = _mm256_loadu_ps(a + i);
-      lo8 = _mm256_min_ps(lo8, v);
-      hi8 = _mm256_max_ps(hi8, v);
-      // NaN exactly when some element is NaN or +-Inf (x * 0).
-      poison8 = _mm256_add_ps(poison8, _mm256_mul_ps(v, zero_ps));
-    }
-    alignas(32) float lo_l[8], hi_l[8], poison_l[8];
-    _mm256_store_ps(lo_l, lo8);
-    _mm256_store_ps(hi_l, hi8);
-    _mm256_store_ps(poison_l, poison8);
-    float lo = 0.0f, hi = 0.0f, poison = 0.0f;
-    for (int l = 0; l < 8; ++l) {
-      lo = std::min(lo, lo_l[l]);
-      hi = std::max(hi, hi_l[l]);
-      poison += poison_l[l];
-    }
-    for (; i < k_; ++i) {
-      lo = std::min(lo, a[i]);
-      hi = std::max(hi, a[i]);
-      poison += a[i] * 0.0f;
-    }
-    *bad = poison != 0.0f || std::isnan(poison);
-    if (*bad) {
-      *scale = 0;
-      *zero = 0;
-      std::memset(q, 0, static_cast<size_t>(k_));
-      return;
-    }
-    const float s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-    const float inv = 1.0f / s;
-    // lo <= 0 <= hi, so 0 is a code: zero = round(-lo / s) in [0, 255].
-    const int32_t z = std::clamp(static_cast<int32_t>(-lo * inv + 0.5f), 0, 255);
-    // a * inv + z lies in [-0.5, 255.5] up to rounding: + 0.5 and truncation rounds it.
-    const float zf = static_cast<float>(z) + 0.5f;
-    const __m256 inv8 = _mm256_set1_ps(inv), zf8 = _mm256_set1_ps(zf);
-    const __m256 max8 = _mm256_set1_ps(255.0f);
-    i = 0;
-    for (; i + 16 <= k_; i += 16) {
-      const __m256 v0 = _mm256_min_ps(
-          _mm256_max_ps(_mm256_fmadd_ps(_mm256_loadu_ps(a + i), inv8, zf8), zero_ps), max8);
-      const __m256 v1 = _mm256_min_ps(
-          _mm256_max_ps(_mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), inv8, zf8), zero_ps), max8);
-      // Truncate to int32, pack to 16 x int16 then 16 x u8 (values are in [0, 255], so the
-      // saturating packs change nothing); the packs work per 128-bit lane, hence the permute.
-      const __m256i w = _mm256_packs_epi32(_mm256_cvttps_epi32(v0), _mm256_cvttps_epi32(v1));
-      const __m256i w_ordered = _mm256_permute4x64_epi64(w, 0xD8);
-      const __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w_ordered),
-                                         _mm256_extracti128_si256(w_ordered, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), b);
-    }
-    for (; i < k_; ++i) {
-      q[i] = static_cast<uint8_t>(std::clamp(a[i] * inv + zf, 0.0f, 255.0f));
-    }
-    *scale = s;
-    *zero = z;
-  }
-
   // Per run state: the primitive's memory objects and arguments (kernel.h's KernelRunState).
   std::unique_ptr<SrcWeightsDstRunState> MakeRunState() const {
     return SrcWeightsDstRunState::Make(src_desc_, w_desc_, packed_w_.get(), memory::desc(),
@@ -295,9 +228,12 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     const float* a = ctx.inputs[0].data<float>();
     const int64_t row_chunk =
         std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(k_, 1));
+    // Row r of A into u8 with its own scale and zero point, at the widest ISA allowed; rows
+    // holding NaN or Inf are marked.
+    const simd::Kernels& vector = simd::Best();
     ctx.ParallelFor(rows_, row_chunk, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        QuantizeRow(a + r * k_, src + r * k_, &a_scale[r], &a_zero[r], &bad[r]);
+        bad[r] = !vector.quantize_row_u8(a + r * k_, k_, src + r * k_, &a_scale[r], &a_zero[r]);
       }
     });
     {
@@ -326,12 +262,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
             }
             continue;
           }
-          const int32_t* accr = acc + r * n_;
-          const float s = a_scale[r];
-          const int32_t z = a_zero[r];
-          for (int64_t j = 0; j < n_; ++j) {
-            row[j] = static_cast<float>(accr[j] - z * colsum[j]) * (s * w_scale[j]);
-          }
+          vector.dequantize_row(acc + r * n_, colsum, w_scale, a_zero[r], a_scale[r], row, n_);
         }
       });
     });

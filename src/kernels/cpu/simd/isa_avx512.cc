@@ -29,6 +29,68 @@ namespace {
 #include "kernels/cpu/simd/prims_avx512.h"
 #include "kernels/cpu/simd/vec_math.inc"
 #include "kernels/cpu/simd/loops.inc"
+
+// isa_avx2.cc's QuantizeRowU8Impl 16 floats at a time: the same FMA for the same elements
+// (all but the last k % 16), and min, max and the non-finite check do not depend on the
+// order. No standard-library template is used here (see the top of this file).
+bool QuantizeRowU8Impl(const float* a, int64_t k, uint8_t* q, float* scale, int32_t* zero) {
+  const __m512 zero_ps = _mm512_setzero_ps();
+  __m512 lo16 = zero_ps, hi16 = zero_ps, poison16 = zero_ps;
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m512 v = _mm512_loadu_ps(a + i);
+    lo16 = _mm512_min_ps(lo16, v);
+    hi16 = _mm512_max_ps(hi16, v);
+    poison16 = _mm512_add_ps(poison16, _mm512_mul_ps(v, zero_ps));
+  }
+  if (i < k) {  // masked lanes read as 0, which changes neither bound nor the check
+    const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (k - i)) - 1), a + i);
+    lo16 = _mm512_min_ps(lo16, v);
+    hi16 = _mm512_max_ps(hi16, v);
+    poison16 = _mm512_add_ps(poison16, _mm512_mul_ps(v, zero_ps));
+  }
+  const float lo = _mm512_reduce_min_ps(lo16), hi = _mm512_reduce_max_ps(hi16);
+  const float poison = _mm512_reduce_add_ps(poison16);
+  if (poison != 0.0f || poison != poison) {
+    *scale = 0;
+    *zero = 0;
+    for (i = 0; i < k; ++i) q[i] = 0;
+    return false;
+  }
+  const RowQuantization rq = RowQuantizationFor(lo, hi);
+  const __m512 inv16 = _mm512_set1_ps(rq.inverse), zf16 = _mm512_set1_ps(rq.zero_plus_half);
+  const __m512 max16 = _mm512_set1_ps(255.0f);
+  for (i = 0; i + 16 <= k; i += 16) {
+    const __m512 v = _mm512_min_ps(
+        _mm512_max_ps(_mm512_fmadd_ps(_mm512_loadu_ps(a + i), inv16, zf16), zero_ps), max16);
+    // Truncated to int32 in [0, 255], narrowed to bytes.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+  }
+  for (; i < k; ++i) {
+    const float v = a[i] * rq.inverse + rq.zero_plus_half;
+    q[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+  }
+  *scale = rq.scale;
+  *zero = rq.zero;
+  return true;
+}
+
+void DequantizeRowImpl(const int32_t* acc, const int32_t* colsum, const float* w_scale,
+                       int32_t zero, float scale, float* out, int64_t n) {
+  const __m512i z16 = _mm512_set1_epi32(zero);
+  const __m512 s16 = _mm512_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512i d = _mm512_sub_epi32(_mm512_loadu_si512(acc + j),
+                                       _mm512_mullo_epi32(z16, _mm512_loadu_si512(colsum + j)));
+    _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_cvtepi32_ps(d),
+                                            _mm512_mul_ps(s16, _mm512_loadu_ps(w_scale + j))));
+  }
+  for (; j < n; ++j) {
+    out[j] = static_cast<float>(acc[j] - zero * colsum[j]) * (scale * w_scale[j]);
+  }
+}
 }  // namespace
 }  // namespace avx512
 }  // namespace kiln::kernels::simd
@@ -61,6 +123,8 @@ const Kernels* Avx512Kernels() {
         avx512::ExpShiftSumImpl,
         avx512::ScaleBiasImpl,
         avx512::FusedImpl,
+        avx512::QuantizeRowU8Impl,
+        avx512::DequantizeRowImpl,
     };
     return &k;
   }();

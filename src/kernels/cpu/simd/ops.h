@@ -1,7 +1,7 @@
 // Vectorized fp32 loops shared by the math kernels (elementwise, softmax, reductions and the
-// fused elementwise interpreter). Each loop exists once per instruction set (AVX2 and AVX-512,
-// compiled from the same source in isa_*.cc); Best() picks the widest one the CPU supports at
-// run time, so the binary still runs on any x86-64 with AVX2.
+// fused elementwise interpreter) and the int8 MatMul's row quantization. Each loop exists once per
+// instruction set (AVX2 and AVX-512, compiled from the same source in isa_*.cc); Best() picks the
+// widest one the CPU supports at run time, so the binary still runs on any x86-64 with AVX2.
 #pragma once
 
 #include <cstdint>
@@ -122,7 +122,25 @@ struct Kernels {
   // Runs `program` over n elements; ins[i] advances by in_strides[i] (0 or 1) per element.
   void (*fused)(const FusedProgram& program, const float* const* ins, const int64_t* in_strides,
                 float* const* outs, int64_t n);
+  // Dynamic int8 quantization of one row of k floats (kiln::DynamicQuantMatMul): its own scale
+  // and zero point over [min(0, row), max(0, row)], codes round(a / scale) + zero in [0, 255].
+  // False, with scale, zero and the codes 0, when the row holds a NaN or an infinity.
+  bool (*quantize_row_u8)(const float* a, int64_t k, uint8_t* q, float* scale, int32_t* zero);
+  // out[j] = float(acc[j] - zero * colsum[j]) * (scale * w_scale[j]): a row of int32 products
+  // back to floats.
+  void (*dequantize_row)(const int32_t* acc, const int32_t* colsum, const float* w_scale,
+                         int32_t zero, float scale, float* out, int64_t n);
 };
+
+// The scale and zero point quantize_row_u8 gives a row whose values span [lo, hi]
+// (lo <= 0 <= hi); one function for both ISA builds, so that they give the same codes.
+struct RowQuantization {
+  float scale = 1;
+  float inverse = 1;         // 1 / scale
+  float zero_plus_half = 0;  // zero + 0.5: a * inverse + zero_plus_half truncates to the code
+  int32_t zero = 0;
+};
+RowQuantization RowQuantizationFor(float lo, float hi);
 
 const Kernels& Avx2Kernels();
 const Kernels* Avx512Kernels();  // null when the CPU lacks AVX-512 (F, DQ, BW, VL)
