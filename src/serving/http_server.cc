@@ -1,5 +1,9 @@
 #include "kiln/serving/http_server.h"
 
+#include <sys/socket.h>
+#include <zlib.h>
+
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
@@ -7,10 +11,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
-#include <sys/socket.h>
-
-#include <zlib.h>
-
 #include <chrono>
 #include <type_traits>
 
@@ -421,8 +421,15 @@ void HttpServer::Shutdown(int grace_ms) {
     beast::error_code ignored;
     impl_->acceptor->close(ignored);
   });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  while (impl_->in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+  // A request counts from its first bytes read (Session::BeginRequest); bytes a client sent
+  // just before the signal may still wait in the socket for an I/O thread. The settle time
+  // lets them be read, so that such a request is answered rather than its connection closed
+  // as idle (seen under load in shutdown_memory_e2e_test).
+  const auto start = std::chrono::steady_clock::now();
+  const auto settle = start + std::chrono::milliseconds(std::min(grace_ms, kSettleMs));
+  const auto deadline = start + std::chrono::milliseconds(grace_ms);
+  while ((impl_->in_flight.load() > 0 || std::chrono::steady_clock::now() < settle) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   impl_->ioc.stop();

@@ -40,26 +40,34 @@ double RssMiB(pid_t pid) {
   return -1;
 }
 
-// Established TCP connections whose local port is `port`: the server's side of its clients'
-// connections, from /proc/net/tcp and tcp6 (a dual-stack listener's IPv4 clients are there).
-int ConnectionsTo(int port) {
-  int connections = 0;
+// Bytes on their way to `port` on this machine: in the send queues of sockets connected to it
+// and the receive queues of its connections (/proc/net/tcp's tx_queue and rx_queue). Non-zero
+// once a client has started writing its request.
+int64_t BytesQueuedTo(int port) {
+  int64_t bytes = 0;
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream tcp(table);
     std::string line;
     std::getline(tcp, line);  // the header
     while (std::getline(tcp, line)) {
       std::istringstream fields(line);
-      std::string slot, local, remote, state;
-      fields >> slot >> local >> remote >> state;
-      const size_t colon = local.find(':');
-      if (state == "01" && colon != std::string::npos &&
-          std::stoi(local.substr(colon + 1), nullptr, 16) == port) {
-        ++connections;
+      std::string slot, local, remote, state, queues;
+      fields >> slot >> local >> remote >> state >> queues;
+      const size_t local_colon = local.find(':'), remote_colon = remote.find(':');
+      const size_t queue_colon = queues.find(':');
+      if (state != "01" || local_colon == std::string::npos || remote_colon == std::string::npos ||
+          queue_colon == std::string::npos) {
+        continue;
+      }
+      if (std::stoi(remote.substr(remote_colon + 1), nullptr, 16) == port) {
+        bytes += std::stoll(queues.substr(0, queue_colon), nullptr, 16);  // tx_queue
+      }
+      if (std::stoi(local.substr(local_colon + 1), nullptr, 16) == port) {
+        bytes += std::stoll(queues.substr(queue_colon + 1), nullptr, 16);  // rx_queue
       }
     }
   }
-  return connections;
+  return bytes;
 }
 
 // A stub whose channel takes replies as large as the requests (the default limit is 4 MiB).
@@ -131,19 +139,23 @@ TEST(ShutdownMemoryE2ETest, SigtermWithLargeRequestsInFlightExitsOnceTheyAreAnsw
     while (seen < now && !last_answer_ns.compare_exchange_weak(seen, now)) {
     }
   };
-  std::thread rest([&] { answered(RestLargePredict(server.rest_port(), body)); });
-  std::thread grpc([&] { answered(GrpcLargePredict(server.grpc_port(), request)); });
-  // SIGTERM once both clients are connected and the server holds a good part of the request
-  // bodies (~100 MB together). The RSS alone could grow from the REST upload before the gRPC
-  // client had connected (seen once in 4 full test runs on a loaded machine), and a request
-  // that arrives after SIGTERM is refused, not in flight.
-  auto in_flight = [&] {
-    return ConnectionsTo(server.grpc_port()) > 0 && ConnectionsTo(server.rest_port()) > 0 &&
-           RssMiB(server.pid()) >= idle_rss + 60;
+  // SIGTERM while both requests are in flight. A TCP connection alone is not a request: a
+  // client connects, then writes, and a call whose first bytes the server has not read is not
+  // in flight yet (seen in CI under load: the RSS growth that was to show both uploads came
+  // from the REST one alone, and SIGTERM refused the gRPC call). So the gRPC client starts
+  // first, until the server's RSS shows it reading the message (~40 MB; HTTP/2 flow control
+  // lets no more than 64 KiB through before the server's transport reads the stream); then
+  // the REST client, until its request's bytes are on the connection (HttpServer::Shutdown
+  // gives those kSettleMs to be read).
+  auto wait_for = [&](auto ready) {
+    for (int i = 0; i < 2000 && !ready(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   };
-  for (int i = 0; i < 1000 && !in_flight(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  std::thread grpc([&] { answered(GrpcLargePredict(server.grpc_port(), request)); });
+  wait_for([&] { return RssMiB(server.pid()) >= idle_rss + 25; });
+  std::thread rest([&] { answered(RestLargePredict(server.rest_port(), body)); });
+  wait_for([&] { return BytesQueuedTo(server.rest_port()) > 0; });
   const auto signalled = std::chrono::steady_clock::now();
   server.Signal(SIGTERM);
   const int code = server.WaitForExit(30);

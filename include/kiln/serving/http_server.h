@@ -54,8 +54,11 @@ class HttpServer {
   ~HttpServer();
 
   int port() const { return port_; }
-  // Stops accepting, lets requests in progress finish (up to `grace_ms`), then stops.
+  // Stops accepting, lets requests in progress finish (up to `grace_ms`, and at least
+  // kSettleMs of it, for requests whose first bytes had arrived on an open connection), then
+  // stops.
   void Shutdown(int grace_ms = 10000);
+  static constexpr int kSettleMs = 200;
 
   struct Impl;
 
