@@ -71,6 +71,11 @@ std::vector<std::string> CompressedLayers(const ir::Graph& fp32, const ir::Graph
   return layers;
 }
 
+// Examples in a calibration batch: its first input's first dimension (1 for a scalar).
+int64_t ExamplesIn(const CalibrationBatch& batch) {
+  return batch.empty() || batch[0].shape().rank() == 0 ? 1 : batch[0].shape().dim(0);
+}
+
 bool IsClassScores(const Tensor& t) {
   return t.dtype() == DType::kFloat32 && t.shape().rank() == 2 && t.shape().dim(1) >= 2;
 }
@@ -341,7 +346,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     constexpr int64_t kCalibrationRows = 32;
     int64_t widest = 1;
     for (const CalibrationBatch& b : calibration) {
-      if (!b.empty() && b[0].shape().rank() > 0) widest = std::max(widest, b[0].shape().dim(0));
+      widest = std::max(widest, ExamplesIn(b));
     }
     calibration_options.batch_size =
         static_cast<int>(std::max<int64_t>(1, kCalibrationRows / widest));
@@ -366,7 +371,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
   }
   int64_t examples = 0;
   for (const CalibrationBatch& b : calibration) {
-    examples += b.empty() || b[0].shape().rank() == 0 ? 1 : b[0].shape().dim(0);
+    examples += ExamplesIn(b);
   }
   absl::StrAppend(&report, "  calibration: ", examples, " examples in ", calibration.size(),
                   " batches from ", settings.calibration_source, "\n");
@@ -385,7 +390,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
   int64_t ranking_examples = 0;
   while (ranking_batches < calibration.size() && ranking_examples < kRankingExamples) {
     const CalibrationBatch& b = calibration[ranking_batches++];
-    ranking_examples += b.empty() || b[0].shape().rank() == 0 ? 1 : b[0].shape().dim(0);
+    ranking_examples += ExamplesIn(b);
   }
   // Trial graphs run on throwaway plans: threads per step are not timed for them.
   exec::CompileOptions trial_compile = compile;
@@ -416,10 +421,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     KILN_ASSIGN_OR_RETURN(auto out,
                           RunOnBatches(std::move(graph), trial_compile, calibration, stop));
     *examples_run = 0;
-    for (size_t b = 0; b < out.size(); ++b) {
-      const CalibrationBatch& batch = calibration[b];
-      *examples_run += batch.empty() || batch[0].shape().rank() == 0 ? 1 : batch[0].shape().dim(0);
-    }
+    for (size_t b = 0; b < out.size(); ++b) *examples_run += ExamplesIn(calibration[b]);
     if (out.size() < calibration.size()) return beyond;
     return Compare(signature.output_keys, reference, out);
   };

@@ -1,6 +1,7 @@
 // The AVX2 build of the shared fp32 loops (the baseline every supported CPU runs).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/simd/ops.h"
@@ -41,13 +42,8 @@ bool QuantizeRowU8Impl(const float* a, int64_t k, uint8_t* q, float* scale, int3
     hi = a[i] > hi ? a[i] : hi;
     poison += a[i] * 0.0f;
   }
-  if (poison != 0.0f || poison != poison) {
-    *scale = 0;
-    *zero = 0;
-    for (i = 0; i < k; ++i) q[i] = 0;
-    return false;
-  }
-  const RowQuantization rq = RowQuantizationFor(lo, hi);
+  RowQuantization rq;
+  if (!StartRowQuantization(lo, hi, poison, k, q, scale, zero, &rq)) return false;
   const __m256 inv8 = _mm256_set1_ps(rq.inverse), zf8 = _mm256_set1_ps(rq.zero_plus_half);
   const __m256 max8 = _mm256_set1_ps(255.0f);
   for (i = 0; i + 16 <= k; i += 16) {
@@ -63,12 +59,7 @@ bool QuantizeRowU8Impl(const float* a, int64_t k, uint8_t* q, float* scale, int3
         _mm_packus_epi16(_mm256_castsi256_si128(w_ordered), _mm256_extracti128_si256(w_ordered, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), b);
   }
-  for (; i < k; ++i) {
-    const float v = a[i] * rq.inverse + rq.zero_plus_half;
-    q[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
-  }
-  *scale = rq.scale;
-  *zero = rq.zero;
+  QuantizeRowTail(rq, a, i, k, q);
   return true;
 }
 
@@ -81,16 +72,28 @@ void DequantizeRowImpl(const int32_t* acc, const int32_t* colsum, const float* w
 }  // namespace
 }  // namespace avx2
 
-RowQuantization RowQuantizationFor(float lo, float hi) {
-  RowQuantization rq;
-  rq.scale = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-  rq.inverse = 1.0f / rq.scale;
+bool StartRowQuantization(float lo, float hi, float poison, int64_t k, uint8_t* q, float* scale,
+                          int32_t* zero, RowQuantization* rq) {
+  if (poison != 0.0f || poison != poison) {
+    *scale = 0;
+    *zero = 0;
+    std::fill(q, q + k, uint8_t{0});
+    return false;
+  }
+  *scale = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+  rq->inverse = 1.0f / *scale;
   // lo <= 0 <= hi, so 0 is a code: zero = round(-lo / s) in [0, 255].
-  const int32_t z = static_cast<int32_t>(-lo * rq.inverse + 0.5f);
-  rq.zero = z < 0 ? 0 : (z > 255 ? 255 : z);
+  *zero = std::clamp(static_cast<int32_t>(-lo * rq->inverse + 0.5f), 0, 255);
   // a * inv + zero lies in [-0.5, 255.5] up to rounding: + 0.5 and truncation rounds it.
-  rq.zero_plus_half = static_cast<float>(rq.zero) + 0.5f;
-  return rq;
+  rq->zero_plus_half = static_cast<float>(*zero) + 0.5f;
+  return true;
+}
+
+void QuantizeRowTail(const RowQuantization& rq, const float* a, int64_t begin, int64_t k,
+                     uint8_t* q) {
+  for (int64_t i = begin; i < k; ++i) {
+    q[i] = static_cast<uint8_t>(std::clamp(a[i] * rq.inverse + rq.zero_plus_half, 0.0f, 255.0f));
+  }
 }
 
 const Kernels& Avx2Kernels() {

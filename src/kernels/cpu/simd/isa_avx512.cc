@@ -51,13 +51,8 @@ bool QuantizeRowU8Impl(const float* a, int64_t k, uint8_t* q, float* scale, int3
   }
   const float lo = _mm512_reduce_min_ps(lo16), hi = _mm512_reduce_max_ps(hi16);
   const float poison = _mm512_reduce_add_ps(poison16);
-  if (poison != 0.0f || poison != poison) {
-    *scale = 0;
-    *zero = 0;
-    for (i = 0; i < k; ++i) q[i] = 0;
-    return false;
-  }
-  const RowQuantization rq = RowQuantizationFor(lo, hi);
+  RowQuantization rq;
+  if (!StartRowQuantization(lo, hi, poison, k, q, scale, zero, &rq)) return false;
   const __m512 inv16 = _mm512_set1_ps(rq.inverse), zf16 = _mm512_set1_ps(rq.zero_plus_half);
   const __m512 max16 = _mm512_set1_ps(255.0f);
   for (i = 0; i + 16 <= k; i += 16) {
@@ -67,12 +62,7 @@ bool QuantizeRowU8Impl(const float* a, int64_t k, uint8_t* q, float* scale, int3
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
                      _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
   }
-  for (; i < k; ++i) {
-    const float v = a[i] * rq.inverse + rq.zero_plus_half;
-    q[i] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
-  }
-  *scale = rq.scale;
-  *zero = rq.zero;
+  QuantizeRowTail(rq, a, i, k, q);
   return true;
 }
 

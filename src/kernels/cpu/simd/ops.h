@@ -132,15 +132,20 @@ struct Kernels {
                          int32_t zero, float scale, float* out, int64_t n);
 };
 
-// The scale and zero point quantize_row_u8 gives a row whose values span [lo, hi]
-// (lo <= 0 <= hi); one function for both ISA builds, so that they give the same codes.
+// The parts of quantize_row_u8 around each ISA build's vector loops, one function each for
+// both builds, so that they give the same codes.
 struct RowQuantization {
-  float scale = 1;
   float inverse = 1;         // 1 / scale
   float zero_plus_half = 0;  // zero + 0.5: a * inverse + zero_plus_half truncates to the code
-  int32_t zero = 0;
 };
-RowQuantization RowQuantizationFor(float lo, float hi);
+// After the scan of a row of k floats: lo <= 0 <= hi its bounds, poison the sum of every
+// x * 0 (not 0 when a NaN or an infinity is in the row). Writes the row's scale and zero
+// point; false, with them and the k codes 0, for a row holding a NaN or an infinity.
+bool StartRowQuantization(float lo, float hi, float poison, int64_t k, uint8_t* q, float* scale,
+                          int32_t* zero, RowQuantization* rq);
+// Codes of a[begin, k) without FMA: the tail past the vector loops' last step of 16.
+void QuantizeRowTail(const RowQuantization& rq, const float* a, int64_t begin, int64_t k,
+                     uint8_t* q);
 
 const Kernels& Avx2Kernels();
 const Kernels* Avx512Kernels();  // null when the CPU lacks AVX-512 (F, DQ, BW, VL)
