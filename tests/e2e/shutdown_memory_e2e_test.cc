@@ -3,7 +3,12 @@
 // memory of such requests back to the system.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -38,36 +43,6 @@ double RssMiB(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return -1;
-}
-
-// Bytes on their way to `port` on this machine: in the send queues of sockets connected to it
-// and the receive queues of its connections (/proc/net/tcp's tx_queue and rx_queue). Non-zero
-// once a client has started writing its request.
-int64_t BytesQueuedTo(int port) {
-  int64_t bytes = 0;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream tcp(table);
-    std::string line;
-    std::getline(tcp, line);  // the header
-    while (std::getline(tcp, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state, queues;
-      fields >> slot >> local >> remote >> state >> queues;
-      const size_t local_colon = local.find(':'), remote_colon = remote.find(':');
-      const size_t queue_colon = queues.find(':');
-      if (state != "01" || local_colon == std::string::npos || remote_colon == std::string::npos ||
-          queue_colon == std::string::npos) {
-        continue;
-      }
-      if (std::stoi(remote.substr(remote_colon + 1), nullptr, 16) == port) {
-        bytes += std::stoll(queues.substr(0, queue_colon), nullptr, 16);  // tx_queue
-      }
-      if (std::stoi(local.substr(local_colon + 1), nullptr, 16) == port) {
-        bytes += std::stoll(queues.substr(queue_colon + 1), nullptr, 16);  // rx_queue
-      }
-    }
-  }
-  return bytes;
 }
 
 // A stub whose channel takes replies as large as the requests (the default limit is 4 MiB).
@@ -113,6 +88,44 @@ std::string LargeJsonBody(int elements) {
   return body;
 }
 
+// RestLargePredict that sets `*uploading` once 16 MB of the body are written: a socket holds a
+// few MB at most, so the server has by then read the request's first bytes, and the request
+// is in flight.
+bool RestLargePredictSignalling(int port, const std::string& body, std::atomic<bool>* uploading) {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  try {
+    net::io_context ioc;
+    boost::beast::tcp_stream stream(ioc);
+    stream.expires_after(std::chrono::seconds(60));
+    stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"),
+                                          static_cast<unsigned short>(port)));
+    const std::string head =
+        "POST /v1/models/half_plus_two:predict HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n";
+    net::write(stream, net::buffer(head));
+    constexpr size_t kChunk = size_t{1} << 20, kSignalAt = size_t{16} << 20;
+    for (size_t at = 0; at < body.size(); at += kChunk) {
+      net::write(stream, net::buffer(body.data() + at, std::min(kChunk, body.size() - at)));
+      if (at + kChunk >= kSignalAt) uploading->store(true);
+    }
+    uploading->store(true);
+    boost::beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(1ull << 30);
+    http::read(stream, buffer, parser);
+    const int status = parser.get().result_int();
+    if (status != 200)
+      std::printf("REST predict: %d %.200s\n", status, parser.get().body().c_str());
+    return status == 200 && parser.get().body().size() > 4u * kLargeElements;
+  } catch (const std::exception& e) {
+    uploading->store(true);
+    std::printf("REST predict: %s\n", e.what());
+    return false;
+  }
+}
+
 bool RestLargePredict(int port, const std::string& body) {
   HttpReply reply = HttpCall(port, "POST", "/v1/models/half_plus_two:predict", body);
   if (reply.status != 200)
@@ -145,17 +158,18 @@ TEST(ShutdownMemoryE2ETest, SigtermWithLargeRequestsInFlightExitsOnceTheyAreAnsw
   // from the REST one alone, and SIGTERM refused the gRPC call). So the gRPC client starts
   // first, until the server's RSS shows it reading the message (~40 MB; HTTP/2 flow control
   // lets no more than 64 KiB through before the server's transport reads the stream); then
-  // the REST client, until its request's bytes are on the connection (HttpServer::Shutdown
-  // gives those kSettleMs to be read).
-  auto wait_for = [&](auto ready) {
-    for (int i = 0; i < 2000 && !ready(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  };
+  // the REST client, until it has written 16 MB of its body.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   std::thread grpc([&] { answered(GrpcLargePredict(server.grpc_port(), request)); });
-  wait_for([&] { return RssMiB(server.pid()) >= idle_rss + 25; });
-  std::thread rest([&] { answered(RestLargePredict(server.rest_port(), body)); });
-  wait_for([&] { return BytesQueuedTo(server.rest_port()) > 0; });
+  while (RssMiB(server.pid()) < idle_rss + 25 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::atomic<bool> uploading{false};
+  std::thread rest(
+      [&] { answered(RestLargePredictSignalling(server.rest_port(), body, &uploading)); });
+  while (!uploading.load() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const auto signalled = std::chrono::steady_clock::now();
   server.Signal(SIGTERM);
   const int code = server.WaitForExit(30);
