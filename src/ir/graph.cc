@@ -244,8 +244,9 @@ absl::StatusOr<std::vector<NodeId>> Graph::TopologicalOrder() const {
       if (v == kNoValue || v < 0 || v >= num_values()) continue;
       const NodeId p = values_[v].producer;
       if (p == kNoNode || p >= n || nodes_[p].removed || p == id) {
-        if (p == id) return absl::InvalidArgumentError(
-            absl::StrCat("graph has a cycle: ", node.Describe(), " reads its own output"));
+        if (p == id)
+          return absl::InvalidArgumentError(
+              absl::StrCat("graph has a cycle: ", node.Describe(), " reads its own output"));
         continue;
       }
       deps.insert(p);
@@ -519,9 +520,9 @@ absl::Status VerifyGraph(const Graph& graph, const std::string& where) {
       }
       producer[v] = id;
       if (graph.value(v).producer != id) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "value '", graph.value(v).name, "' does not record ",
-                         node.Describe(), " as its producer"));
+        return absl::InvalidArgumentError(absl::StrCat(where, "value '", graph.value(v).name,
+                                                       "' does not record ", node.Describe(),
+                                                       " as its producer"));
       }
     }
   }
@@ -539,9 +540,9 @@ absl::Status VerifyGraph(const Graph& graph, const std::string& where) {
                                                        " has value id ", v, " out of range"));
       }
       if (!defined[v]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, node.Describe(), ": input ", i, " '", graph.value(v).name,
-            "' is not a graph input, constant, capture or output of a live node"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, node.Describe(), ": input ", i, " '", graph.value(v).name,
+                         "' is not a graph input, constant, capture or output of a live node"));
       }
     }
     absl::Status sub_status;
@@ -558,8 +559,8 @@ absl::Status VerifyGraph(const Graph& graph, const std::string& where) {
           absl::StrCat(where, "graph output ", i, " has value id ", v, " out of range"));
     }
     if (!defined[v]) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "graph output '",
-                                                     graph.value(v).name, "' is never computed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "graph output '", graph.value(v).name, "' is never computed"));
     }
   }
   auto order = graph.TopologicalOrder();
@@ -627,8 +628,7 @@ void PrintGraph(const Graph& graph, int indent, std::string* out) {
   };
   absl::StrAppend(out, pad, "graph ", graph.name.empty() ? "<unnamed>" : graph.name, " {\n");
   for (ValueId v : graph.inputs) {
-    absl::StrAppend(out, pad, "  input ", value_ref(v), ": ", graph.value(v).type.ToString(),
-                    "\n");
+    absl::StrAppend(out, pad, "  input ", value_ref(v), ": ", graph.value(v).type.ToString(), "\n");
   }
   for (const auto& [v, name] : graph.captures) {
     absl::StrAppend(out, pad, "  capture ", value_ref(v), " = outer %", name, "\n");

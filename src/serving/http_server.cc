@@ -56,8 +56,8 @@ absl::StatusOr<std::string> InflateBody(absl::string_view compressed, size_t max
       break;
     }
     if (result != Z_OK && result != Z_BUF_ERROR) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "the request body is not valid gzip data: ", stream.msg ? stream.msg : "corrupt"));
+      status = absl::InvalidArgumentError(absl::StrCat("the request body is not valid gzip data: ",
+                                                       stream.msg ? stream.msg : "corrupt"));
       break;
     }
   }
@@ -335,20 +335,21 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code error, tcp::socket socket) {
-    if (error) {
-      if (stopping.load()) return;
-    } else {
-      socket.set_option(tcp::no_delay(true), error);
-      if (tls != nullptr) {
-        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), this)
-            ->Start();
-      } else {
-        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this)->Start();
-      }
-    }
-    if (!stopping.load()) Accept();
-  });
+  acceptor->async_accept(
+      net::make_strand(ioc), [this](beast::error_code error, tcp::socket socket) {
+        if (error) {
+          if (stopping.load()) return;
+        } else {
+          socket.set_option(tcp::no_delay(true), error);
+          if (tls != nullptr) {
+            std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), this)
+                ->Start();
+          } else {
+            std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this)->Start();
+          }
+        }
+        if (!stopping.load()) Accept();
+      });
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
@@ -372,7 +373,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
     }
     impl.tls->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, error);
     if (error) {
-      return absl::InvalidArgumentError(absl::StrCat("REST TLS: bad server key: ", error.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("REST TLS: bad server key: ", error.message()));
     }
     if (tls.verify_client) {
       impl.tls->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);

@@ -69,7 +69,8 @@ TEST(SimdAccuracy, TranscendentalsWithinUlpBounds) {
       std::vector<float> in = Sweep(c.lo, c.hi, 200003);
       if (c.op == UnaryOp::kLog) {  // geometric sweep
         for (size_t i = 0; i < in.size(); ++i) {
-          in[i] = static_cast<float>(c.lo * std::pow(double(c.hi) / c.lo, double(i) / (in.size() - 1)));
+          in[i] =
+              static_cast<float>(c.lo * std::pow(double(c.hi) / c.lo, double(i) / (in.size() - 1)));
         }
       }
       std::vector<float> out(in.size());
@@ -86,8 +87,8 @@ TEST(SimdAccuracy, TranscendentalsWithinUlpBounds) {
           worst_x = in[i];
         }
       }
-      EXPECT_LE(worst, c.max_ulp) << k->isa << " op " << static_cast<int>(c.op) << " worst at x="
-                                  << worst_x;
+      EXPECT_LE(worst, c.max_ulp) << k->isa << " op " << static_cast<int>(c.op)
+                                  << " worst at x=" << worst_x;
     }
   }
 }

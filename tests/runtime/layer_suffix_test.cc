@@ -60,8 +60,7 @@ std::shared_ptr<Graph> Reweighted(const Graph& g, const std::string& name, uint3
   auto changed = std::make_shared<Graph>(g);
   for (ir::Node& n : changed->nodes()) {
     if (n.name == name) {
-      n.inputs[1] =
-          changed->AddConstant(name + "_int8", Uniform({16, 16, 3, 3}, seed, 0.2f));
+      n.inputs[1] = changed->AddConstant(name + "_int8", Uniform({16, 16, 3, 3}, seed, 0.2f));
     }
   }
   return changed;

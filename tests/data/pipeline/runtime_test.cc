@@ -38,10 +38,8 @@ TEST(DestructionTest, IteratorWithWorkInFlightIsDestroyedPromptly) {
   DatasetFn nested = [](Element e) -> absl::StatusOr<Dataset> {
     return Dataset::Range(AsInt64(e) * 100, AsInt64(e) * 100 + 50).Map(SleepMap(5'000'000), 2);
   };
-  Dataset ds = Dataset::Range(8)
-                   .Interleave(nested, 4, 1, 4)
-                   .Map(SleepMap(20'000'000), 4)
-                   .Prefetch(8);
+  Dataset ds =
+      Dataset::Range(8).Interleave(nested, 4, 1, 4).Map(SleepMap(20'000'000), 4).Prefetch(8);
   for (int consumed : {0, 1, 5}) {
     auto it = *ds.MakeIterator();
     for (int i = 0; i < consumed; ++i) ASSERT_TRUE(it->GetNext().ok());
@@ -105,11 +103,7 @@ TEST(RamBudgetTest, BuffersNeverExceedTheBudget) {
 }
 
 TEST(StatsTest, NamesTheSlowStageAsBottleneck) {
-  auto it = *Dataset::Range(40)
-                 .Map(SleepMap(2'000'000))
-                 .Map(AddFn(1))
-                 .Prefetch(2)
-                 .MakeIterator();
+  auto it = *Dataset::Range(40).Map(SleepMap(2'000'000)).Map(AddFn(1)).Prefetch(2).MakeIterator();
   while (it->GetNext()->has_value()) {
   }
   PipelineStats stats = it->Stats();

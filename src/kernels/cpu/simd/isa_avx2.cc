@@ -9,9 +9,12 @@
 namespace kiln::kernels::simd {
 namespace avx2 {
 namespace {
+// The loops need the primitives and the vector math before them: not sorted.
+// clang-format off
 #include "kernels/cpu/simd/prims_avx2.h"
 #include "kernels/cpu/simd/vec_math.inc"
 #include "kernels/cpu/simd/loops.inc"
+// clang-format on
 
 // The row scan and its conversion: float min/max and the non-finite check stay in vectors
 // (the compiler keeps them scalar: NaN and associativity rules); 16 codes per step with FMA,

@@ -12,7 +12,9 @@
 
 #if defined(__clang__)
 // Clang has no target pragma; the attribute is applied to every function up to the pop.
+// clang-format off
 #pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2"))), apply_to = function)
+// clang-format on
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma,avx2")
@@ -26,9 +28,12 @@
 namespace kiln::kernels::simd {
 namespace avx512 {
 namespace {
+// The loops need the primitives and the vector math before them: not sorted.
+// clang-format off
 #include "kernels/cpu/simd/prims_avx512.h"
 #include "kernels/cpu/simd/vec_math.inc"
 #include "kernels/cpu/simd/loops.inc"
+// clang-format on
 
 // isa_avx2.cc's QuantizeRowU8Impl 16 floats at a time: the same FMA for the same elements
 // (all but the last k % 16), and min, max and the non-finite check do not depend on the

@@ -73,11 +73,11 @@ enum class BinaryOp : uint8_t {
   kMax,  // NaN-propagating, like numpy.maximum
   kMin,
   kPow,
-  kPRelu,               // a < 0 ? a * b : a
-  kSquaredDifference,   // (a - b)^2
-  kFloorDiv,            // floor(a / b), TensorFlow's FloorDiv for floats
-  kFloorMod,            // TensorFlow's FloorMod: result has the sign of b
-  kFmod,                // C fmod: result has the sign of a (ONNX Mod fmod=1)
+  kPRelu,              // a < 0 ? a * b : a
+  kSquaredDifference,  // (a - b)^2
+  kFloorDiv,           // floor(a / b), TensorFlow's FloorDiv for floats
+  kFloorMod,           // TensorFlow's FloorMod: result has the sign of b
+  kFmod,               // C fmod: result has the sign of a (ONNX Mod fmod=1)
   kCount,
 };
 
@@ -96,7 +96,7 @@ struct FusedInstr {
 struct FusedProgram {
   int num_registers = 0;
   int num_inputs = 0;
-  std::vector<float> constants;      // registers [num_inputs, num_inputs + constants.size())
+  std::vector<float> constants;  // registers [num_inputs, num_inputs + constants.size())
   std::vector<FusedInstr> code;
   std::vector<int> output_registers;
 };
