@@ -447,11 +447,24 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     absl::StrAppend(&report, "  compression took ", (NowNanos() - start) / 1000000, " ms\n");
     return result;
   }
-  // Beyond tolerance: each layer's effect alone, then keep the worst ones fp32.
-  const std::vector<CalibrationBatch> ranking_calibration(
-      calibration.begin(), calibration.begin() + static_cast<ptrdiff_t>(ranking_batches));
-  const std::vector<std::vector<Tensor>> ranking_reference(
-      reference.begin(), reference.begin() + static_cast<ptrdiff_t>(ranking_batches));
+  // Beyond tolerance: each layer's effect alone, then keep the worst ones fp32. The ranking
+  // runs on kRankingExamples examples exactly: the batch that reaches the count is cut to it
+  // where every input counts examples in its first dimension (ResNet-18's 25-image batches
+  // ranked on 25 cost 4.7 of a 10.9 s AVX2 load).
+  std::vector<CalibrationBatch> ranking_calibration;
+  ranking_examples = 0;
+  for (size_t b = 0; b < ranking_batches; ++b) {
+    CalibrationBatch batch = calibration[b];
+    const int64_t n = ExamplesIn(batch), want = kRankingExamples - ranking_examples;
+    const bool rows = std::all_of(batch.begin(), batch.end(), [n](const Tensor& t) {
+      return t.shape().rank() >= 1 && t.shape().dim(0) == n;
+    });
+    if (n > want && rows) {
+      for (Tensor& t : batch) t = t.Slice(0, want);
+    }
+    ranking_examples += ExamplesIn(batch);
+    ranking_calibration.push_back(std::move(batch));
+  }
   const int64_t ranking_start = NowNanos();
   std::vector<std::pair<double, std::string>> sensitivity;
   if (tolerance > 0 && layers.size() > 1) {
@@ -472,7 +485,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
     for (size_t i = 0; i < layers.size(); ++i) {
       KILN_ASSIGN_OR_RETURN(auto out, suffixes->Run(i));
       sensitivity.push_back(
-          {WorstScore(Compare(signature.output_keys, ranking_reference, out)), layers[i]});
+          {WorstScore(Compare(signature.output_keys, suffixes->fp32_outputs(), out)), layers[i]});
       nodes_run += suffixes->nodes_run(i);
       nodes += suffixes->nodes(i);
     }

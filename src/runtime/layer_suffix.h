@@ -55,6 +55,9 @@ class SuffixRunner {
   // Nodes run for changed[i] (its suffix's, or all of them where it runs whole), and all.
   int64_t nodes_run(size_t i) const { return parts_[i].nodes_run; }
   int64_t nodes(size_t i) const { return parts_[i].nodes; }
+  // fp32's outputs on the batches, per batch in graph output order (from the run that kept
+  // the values).
+  const std::vector<std::vector<Tensor>>& fp32_outputs() const { return fp32_outputs_; }
 
  private:
   struct Part {

@@ -66,9 +66,10 @@ m.signatures.push_back(std::move(sig));
 return m;
 }  // namespace
 
-std::vector<std::map<std::string, Tensor>> Calibration(int batches, uint32_t seed) {
+std::vector<std::map<std::string, Tensor>> Calibration(int batches, uint32_t seed,
+                                                       int64_t rows = 16) {
   std::vector<std::map<std::string, Tensor>> out;
-  for (int b = 0; b < batches; ++b) out.push_back({{"x", Random(Shape{16, 32}, seed + b, 0, 2)}});
+  for (int b = 0; b < batches; ++b) out.push_back({{"x", Random(Shape{rows, 32}, seed + b, 0, 2)}});
   return out;
 }
 
@@ -146,6 +147,20 @@ TEST(CompressionTest, TheGuardKeepsTheSensitiveLayerFp32) {
       << text;
   EXPECT_NE(text.find("top-1 agreement 0.00% (0/16)"), std::string::npos) << text;
   EXPECT_NE(text.find("top-1 agreement 100.00% (64/64)"), std::string::npos) << text;
+}
+
+TEST(CompressionTest, TheRankingRunsOnSixteenExamplesCutFromALargerBatch) {
+  ModelOptions options;
+  options.allow_compression = true;
+  options.calibration_inputs = Calibration(3, 20, 25);
+  auto model = Load(true, options);
+  ASSERT_NE(model, nullptr);
+  const std::string text = model->Inspect();
+  EXPECT_NE(text.find("75 examples in 3 batches"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 layers ranked alone on the first 16 examples"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 compressed, 1 kept fp32 (most sensitive first): 'fc2'"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("top-1 agreement 100.00% (75/75)"), std::string::npos) << text;
 }
 
 TEST(CompressionTest, ToleranceZeroGivesFp32Exactly) {
