@@ -56,9 +56,7 @@ T IntegerUnary(UnaryOp op, const UnaryParams& p, T x, T lo, T hi) {
 template <typename T>
 void RunUnary(const ComputeContext& ctx, UnaryOp op, const UnaryParams& p, const T* in, T* out,
               int64_t n, T lo = T(), T hi = T()) {
-  const int64_t grain =
-      op <= UnaryOp::kSquare || op == UnaryOp::kRelu || op == UnaryOp::kClip ? kParallelGrain
-                                                                              : kParallelGrainHeavy;
+  const int64_t grain = simd::IsHeavyUnary(op) ? kParallelGrainHeavy : kParallelGrain;
   ctx.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
       simd::Best().unary(op, p, in + b, out + b, e - b);

@@ -58,6 +58,12 @@ enum class UnaryOp : uint8_t {
   kCount,
 };
 
+// Whether `op` costs far more per element than reading and writing it (erf, tanh, sigmoid,
+// trigonometry, ...): parallel loops give each thread fewer elements of these than of a Relu.
+constexpr bool IsHeavyUnary(UnaryOp op) {
+  return !(op <= UnaryOp::kSquare || op == UnaryOp::kRelu || op == UnaryOp::kClip);
+}
+
 struct UnaryParams {
   float alpha = 0.f;
   float beta = 0.f;
