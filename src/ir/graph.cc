@@ -386,7 +386,8 @@ int64_t ChannelBlock(MemoryLayout layout) {
 }
 
 bool LayoutAware(const Node& node) {
-  if (node.domain == kKilnDomain) return node.op == kFusedConvOp;
+  if (node.domain == kKilnDomain)
+    return node.op == kFusedConvOp || node.op == kFusedConvDepthwiseOp;
   if (!node.domain.empty()) return false;
   return node.op == "Conv" || node.op == "MaxPool" || node.op == "AveragePool" ||
          node.op == "GlobalAveragePool" || node.op == "GlobalMaxPool";

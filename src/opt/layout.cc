@@ -31,7 +31,8 @@ namespace kiln::opt {
 namespace {
 
 bool IsConv2D(const Graph& g, const Node& n) {
-  const bool conv = (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n);
+  const bool conv =
+      (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n) || ir::IsFusedConvDepthwise(n);
   if (!conv || n.inputs.size() < 2 || n.outputs.empty()) return false;
   const ValueId w = n.inputs[1];
   if (w < 0 || w >= g.num_values() || !g.value(w).constant) return false;

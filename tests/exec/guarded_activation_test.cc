@@ -88,6 +88,9 @@ Graph Chain(float sign = 0.0f) {
   opt::PassOptions options;
   const exec::KernelEvaluator evaluator;
   options.evaluator = &evaluator;
+  // Three FusedConvs, each with its own guard (the depthwise fusion would join the first two:
+  // tests/exec/conv_depthwise_test.cc covers that).
+  options.fuse_conv_depthwise = false;
   opt::OptimizationLog log;
   EXPECT_TRUE(opt::Optimize(g, options, &log).ok());
   EXPECT_TRUE(ir::InferShapes(g).ok());

@@ -80,6 +80,9 @@ Optimized Prune(const Graph& graph, bool compress = true, bool prune = true) {
   // The layout the CPU's convolutions want, so that the fp32 graph has blocked values whose
   // channel counts the pruning changes.
   options.conv_activation_layout = ir::MemoryLayout::kNchw8c;
+  // As at load with compression on (src/runtime/model.cc): the fp32 graph keeps its 1x1 and
+  // depthwise convolutions apart.
+  options.fuse_conv_depthwise = false;
   OptimizationLog log;
   if (g_after_fp32_optimization) {
     absl::Status st = Optimize(out.graph, options, &log);

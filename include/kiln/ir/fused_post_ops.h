@@ -55,13 +55,33 @@ inline bool IsFusedConv(const Node& node) {
   return node.domain == kKilnDomain && node.op == kFusedConvOp;
 }
 
+// kiln::FusedConvDepthwise: a 1x1 FusedConv whose only reader is a depthwise 3x3 convolution,
+// run as oneDNN's 1x1 convolution with a depthwise post-op, so the 1x1's output (MobileNet's
+// expanded activation, six times the block's channels) never goes to memory
+// (src/opt/fuse_depthwise.cc writes it, src/kernels/cpu/nn_conv_depthwise.cc runs it).
+//   inputs   X [N, C, H, W], W [M, C, 1, 1], [B [M]], W_dw [M, 1, 3, 3], [B_dw [M]]
+//   attrs    post_ops etc. (above): the 1x1's, one Clip with finite bounds;
+//            "depthwise_stride" (1 or 2; pads are 1 on every side);
+//            "depthwise_post_ops" etc.: the depthwise conv's, empty or one Relu or Clip.
+//   output   [N, M, ceil(H / s), ceil(W / s)]
+inline constexpr char kFusedConvDepthwiseOp[] = "FusedConvDepthwise";
+inline constexpr char kDepthwiseStrideAttr[] = "depthwise_stride";
+// The prefix of the depthwise convolution's post-op attributes (SetPostOps, GetPostOps).
+inline constexpr char kDepthwisePrefix[] = "depthwise_";
+
+inline bool IsFusedConvDepthwise(const Node& node) {
+  return node.domain == kKilnDomain && node.op == kFusedConvDepthwiseOp;
+}
+
 // The fused op that `op` ("Conv", "MatMul", "Gemm") becomes.
 inline const char* FusedOpFor(std::string_view op) {
   return op == "Conv" ? kFusedConvOp : op == "MatMul" ? kFusedMatMulOp : kFusedGemmOp;
 }
 
-// Writes the post-op attributes (nothing for an empty list).
-inline void SetPostOps(Node& node, const std::vector<PostOp>& post_ops) {
+// Writes the post-op attributes (nothing for an empty list); `prefix` names another stage's
+// ("depthwise_" for FusedConvDepthwise's second convolution).
+inline void SetPostOps(Node& node, const std::vector<PostOp>& post_ops,
+                       const std::string& prefix = "") {
   if (post_ops.empty()) return;
   std::vector<std::string> kinds;
   std::vector<float> alphas, betas;
@@ -70,16 +90,16 @@ inline void SetPostOps(Node& node, const std::vector<PostOp>& post_ops) {
     alphas.push_back(p.alpha);
     betas.push_back(p.beta);
   }
-  node.attrs[kPostOpsAttr] = std::move(kinds);
-  node.attrs[kPostOpAlphasAttr] = std::move(alphas);
-  node.attrs[kPostOpBetasAttr] = std::move(betas);
+  node.attrs[prefix + kPostOpsAttr] = std::move(kinds);
+  node.attrs[prefix + kPostOpAlphasAttr] = std::move(alphas);
+  node.attrs[prefix + kPostOpBetasAttr] = std::move(betas);
 }
 
 // The post-ops of a fused node, in order (empty for a plain op). Missing alphas or betas are 0.
-inline std::vector<PostOp> GetPostOps(const Node& node) {
-  const std::vector<std::string> kinds = node.GetStrings(kPostOpsAttr);
-  const std::vector<float> alphas = node.GetFloats(kPostOpAlphasAttr);
-  const std::vector<float> betas = node.GetFloats(kPostOpBetasAttr);
+inline std::vector<PostOp> GetPostOps(const Node& node, const std::string& prefix = "") {
+  const std::vector<std::string> kinds = node.GetStrings(prefix + kPostOpsAttr);
+  const std::vector<float> alphas = node.GetFloats(prefix + kPostOpAlphasAttr);
+  const std::vector<float> betas = node.GetFloats(prefix + kPostOpBetasAttr);
   std::vector<PostOp> out;
   for (size_t i = 0; i < kinds.size(); ++i) {
     out.push_back(

@@ -81,6 +81,10 @@ struct PassOptions {
   // (exec::KernelEvaluator), so the optimizer folds exactly what a run would compute without
   // linking them. Null: nothing is folded.
   const ir::NodeEvaluator* evaluator = nullptr;
+  // conv_depthwise_fusion may join a 1x1 convolution and the depthwise one reading it
+  // (src/opt/fuse_depthwise.cc). Off where int8 compression follows: its calibration observes
+  // the 1x1's output, which the fused node no longer has.
+  bool fuse_conv_depthwise = true;
   // Passes to skip by name (e.g. for debugging a fusion).
   std::vector<std::string> disabled_passes;
   int max_rounds = 4;
