@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/gemv_int8_avx2.h"
 #include "kiln/core/cpu_isa.h"
 #include "kiln/core/determinism.h"
 #include "kiln/kernels/testing.h"
@@ -457,6 +458,46 @@ TEST(GemmBackendChoice, OpDeterminismDoesNotTime) {
   EXPECT_EQ(onednn_runs, 0);
   EXPECT_EQ(choice->backend, GemmBackend::kOneDnn);
   EXPECT_NE(choice->reason.find("op determinism"), std::string::npos) << choice->reason;
+}
+
+// Kiln's AVX2 u8 x s8 product of a few rows (gemv_int8_avx2.h): the exact int32 sums, over
+// depths that are not a multiple of 4, widths that leave a partial panel, every row count, any
+// panel range, and the extreme operands (255 against +-64, whose int16 pair sums come closest
+// to saturating).
+TEST(PackedInt8Gemv, ExactSumsForOddShapesAndExtremes) {
+  std::mt19937 rng(5);
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{1, 1}, {7, 17}, {64, 16}, {1001, 45}}) {
+    std::vector<int8_t> w(k * n);
+    std::uniform_int_distribution<int> wd(-64, 64);
+    for (auto& v : w) v = static_cast<int8_t>(wd(rng));
+    if (k * n >= 2) w[0] = 64, w[1] = -64;
+    auto packed = nn::PackedInt8GemvB::Pack(w.data(), k, n);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    for (int64_t rows = 1; rows <= nn::PackedInt8GemvB::kMaxRows; ++rows) {
+      std::vector<uint8_t> a(rows * k);
+      std::uniform_int_distribution<int> ad(0, 255);
+      for (auto& v : a) v = static_cast<uint8_t>(ad(rng));
+      std::fill(a.begin(), a.begin() + std::min<int64_t>(k, 8), 255);
+      std::vector<int32_t> got(rows * n, -7);
+      const int64_t panels = (*packed)->panels();
+      (*packed)->Multiply(rows, a.data(), k, 0, panels / 2, got.data());
+      (*packed)->Multiply(rows, a.data(), k, panels / 2, panels, got.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t want = 0;
+          for (int64_t i = 0; i < k; ++i) want += int64_t{a[r * k + i]} * w[i * n + j];
+          ASSERT_EQ(got[r * n + j], want)
+              << "k " << k << " n " << n << " row " << r << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(PackedInt8Gemv, RefusesWeightsBeyondSevenBits) {
+  const std::vector<int8_t> w = {1, -65, 3, 4};
+  auto packed = nn::PackedInt8GemvB::Pack(w.data(), 2, 2);
+  EXPECT_TRUE(absl::IsFailedPrecondition(packed.status())) << packed.status();
 }
 
 }  // namespace

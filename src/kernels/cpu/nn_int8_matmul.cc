@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "gemv_int8_avx2.h"
 #include "kernels/cpu/simd/ops.h"
 #include "kiln/core/status.h"
 #include "kiln/ir/compressed_matmul.h"
@@ -166,24 +167,50 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
       }
     }
     packed_w_.reset();
+    gemv_w_.reset();
     ctx.scratch_bytes = 0;
     if (rows_ == 0 || n_ == 0) return absl::OkStatus();
+    const bool w_constant = ctx.inputs[1].constant != nullptr;
+    const ir::Node& cache_node = ctx.node ? *ctx.node : node_;
+    if (w_constant && rows_ <= PackedInt8GemvB::kMaxRows && k_ > 0 && !CpuHasInt8Vnni()) {
+      // A few rows without VNNI: Kiln's streaming product (gemv_int8_avx2.h), where the
+      // weights are 7-bit; oneDNN otherwise.
+      const int8_t* w = ctx.inputs[1].constant->data<int8_t>();
+      auto make =
+          [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const PackedInt8GemvB>, size_t>> {
+        KILN_ASSIGN_OR_RETURN(auto packed, PackedInt8GemvB::Pack(w, k_, n_));
+        const size_t bytes = packed->bytes();
+        return std::make_pair(std::move(packed), bytes);
+      };
+      absl::StatusOr<std::shared_ptr<const PackedInt8GemvB>> packed =
+          ctx.packed_constants != nullptr
+              ? ctx.packed_constants->GetOrCreate<PackedInt8GemvB>(&cache_node, "int8-gemv-avx2",
+                                                                   make)
+              : [&]() -> absl::StatusOr<std::shared_ptr<const PackedInt8GemvB>> {
+        KILN_ASSIGN_OR_RETURN(auto made, make());
+        return made.first;
+      }();
+      if (packed.ok()) {
+        gemv_w_ = *std::move(packed);
+      } else if (!absl::IsFailedPrecondition(packed.status())) {
+        return packed.status();  // out of memory
+      }
+    }
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     src_desc_ = memory::desc({rows_, k_}, memory::data_type::u8, memory::format_tag::ab);
     user_w_desc_ = memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::ab);
     acc_desc_ = memory::desc({rows_, n_}, memory::data_type::s32, memory::format_tag::ab);
-    const bool w_constant = ctx.inputs[1].constant != nullptr;
     const memory::desc w_any =
-        w_constant ? memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::any)
-                   : user_w_desc_;
+        w_constant && gemv_w_ == nullptr
+            ? memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::any)
+            : user_w_desc_;
     dnnl::matmul::desc d(src_desc_, w_any, acc_desc_);
     dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
     w_desc_ = pd.weights_desc();
     if (w_constant && w_desc_ != user_w_desc_) {
-      KILN_ASSIGN_OR_RETURN(
-          packed_w_, PackConstant(ctx.packed_constants, ctx.node ? *ctx.node : node_, user_w_desc_,
-                                  ctx.inputs[1].constant->raw_data(), w_desc_));
+      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc_,
+                                                    ctx.inputs[1].constant->raw_data(), w_desc_));
     } else {
       w_desc_ = user_w_desc_;
     }
@@ -236,7 +263,12 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
         bad[r] = !vector.quantize_row_u8(a + r * k_, k_, src + r * k_, &a_scale[r], &a_zero[r]);
       }
     });
-    {
+    if (gemv_w_ != nullptr) {
+      // Panels of 16 columns, at least 8 per thread (a 4096-deep panel is 64 KB).
+      ctx.ParallelFor(
+          gemv_w_->panels(), macs_ < kSerialMacs ? gemv_w_->panels() : 8,
+          [&](int64_t p0, int64_t p1) { gemv_w_->Multiply(rows_, src, k_, p0, p1, acc); });
+    } else {
       ScopedDnnlThreads threads(macs_ < kSerialMacs ? 1 : ctx.intra_op_threads);
       auto& stream = ThreadStream();
       std::unique_ptr<SrcWeightsDstRunState> owned;
@@ -271,6 +303,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
 
   memory::desc src_desc_, user_w_desc_, w_desc_, acc_desc_, scratch_desc_;
   std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  std::shared_ptr<const PackedInt8GemvB> gemv_w_;  // set: the product runs there, not oneDNN
   dnnl::matmul primitive_;
   size_t dnnl_scratch_bytes_ = 0, src_offset_ = 0, acc_offset_ = 0, scale_offset_ = 0,
          zero_offset_ = 0, bad_offset_ = 0;
