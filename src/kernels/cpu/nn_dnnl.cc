@@ -315,6 +315,12 @@ VectorActivation ToVector(const PostOp& op) {
 
 }  // namespace
 
+bool HasHeavyActivation(const std::vector<PostOp>& post_ops) {
+  return std::any_of(post_ops.begin(), post_ops.end(), [](const PostOp& op) {
+    return op.kind != ir::kResidualPostOp && simd::IsHeavyUnary(ToVector(op).op);
+  });
+}
+
 void ApplyActivation(const PostOp& op, float* x, int64_t n) {
   const VectorActivation v = ToVector(op);
   simd::Best().unary(v.op, v.params, x, x, n);
@@ -326,11 +332,7 @@ void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
   constexpr int kMaxOps = 8;
   VectorActivation ops[kMaxOps];
   const int count = static_cast<int>(std::min<size_t>(epilogue.size(), kMaxOps));
-  bool heavy = false;
-  for (int i = 0; i < count; ++i) {
-    ops[i] = ToVector(epilogue[i]);
-    heavy = heavy || simd::IsHeavyUnary(ops[i].op);
-  }
+  for (int i = 0; i < count; ++i) ops[i] = ToVector(epilogue[i]);
   const simd::Kernels& kernels = simd::Best();
   // Blocks that stay in L1 while every activation passes over them. Each thread gets at least
   // a few tens of microseconds of work, else the output runs on the calling thread: waking the
@@ -338,7 +340,8 @@ void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,
   // floats of a Relu but 16K of a Gelu (about 1.5 ns per float): BERT's 128 x 1024 FFN
   // activation at batch 1 ran its Gelu on one thread while the other waited.
   constexpr int64_t kBlock = 4096;
-  const int64_t min_chunk = heavy ? int64_t{1} << 14 : int64_t{1} << 17;
+  const int64_t min_chunk =
+      HasHeavyActivation(epilogue) ? kMinHeavyElementsPerThread : int64_t{1} << 17;
   ctx.ParallelFor(n, min_chunk, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += kBlock) {
       const int64_t m = std::min(kBlock, end - b);

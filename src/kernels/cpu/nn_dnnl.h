@@ -65,6 +65,11 @@ void ApplyActivation(const PostOp& op, float* data, int64_t n);
 // activations. Conv and MatMul use it when there is nothing for oneDNN to sum.
 void ApplyPostOpsInOrder(const std::vector<PostOp>& post_ops, const float* residual, float* data,
                          int64_t n);
+// Whether one of the activations costs far more per element than a copy (Gelu, Tanh, Sigmoid,
+// ...: simd::IsHeavyUnary): loops running it give each thread kMinHeavyElementsPerThread
+// elements instead of the tens of thousands a Relu needs to pay for waking a thread.
+bool HasHeavyActivation(const std::vector<PostOp>& post_ops);
+inline constexpr int64_t kMinHeavyElementsPerThread = int64_t{1} << 14;
 // Applies the epilogue activations, in order, to the n floats of a primitive's output, in
 // place, on the context's intra-op threads. Nothing to do for an empty epilogue.
 void ApplyEpilogue(const std::vector<PostOp>& epilogue, float* data, int64_t n,

@@ -144,6 +144,15 @@ class CompressedMatMulBase : public DnnlKernel {
     }
   }
 
+  // Rows per thread for FinishRows: at least kMinElementsPerThread outputs, or
+  // kMinHeavyElementsPerThread when a post-op is heavy (BERT's FFN Gelu over 128 x 1024 at
+  // batch 1 ran on one thread).
+  int64_t FinishRowsPerThread() const {
+    const int64_t elements =
+        HasHeavyActivation(post_ops_) ? kMinHeavyElementsPerThread : kMinElementsPerThread;
+    return std::max<int64_t>(1, elements / std::max<int64_t>(n_, 1));
+  }
+
   // 32 KB: a block of rows fits the first-level data cache.
   static constexpr int64_t kBlockFloats = 8192;
 
@@ -278,9 +287,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
     const float* w_scale = ctx.inputs[2].data<float>();
     const int32_t* colsum = ctx.inputs[3].data<int32_t>();
     const int8_t* wq = ctx.inputs[1].data<int8_t>();
-    const int64_t out_chunk =
-        std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
-    ctx.ParallelFor(rows_, out_chunk, [&](int64_t r0, int64_t r1) {
+    ctx.ParallelFor(rows_, FinishRowsPerThread(), [&](int64_t r0, int64_t r1) {
       FinishRows(ctx, yv, r0, r1, [&](int64_t b0, int64_t b1) {
         for (int64_t r = b0; r < b1; ++r) {
           float* row = yv + r * n_;
@@ -430,8 +437,8 @@ class Bf16MatMulKernel : public CompressedMatMulBase {
       const SrcWeightsDstRunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
       s.Execute(primitive_, stream, src, wb, nullptr, yv, scratch);
     }
-    const int64_t chunk = std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(n_, 1));
-    ctx.ParallelFor(rows_, chunk, [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
+    ctx.ParallelFor(rows_, FinishRowsPerThread(),
+                    [&](int64_t r0, int64_t r1) { FinishRows(ctx, yv, r0, r1); });
     return absl::OkStatus();
   }
 
