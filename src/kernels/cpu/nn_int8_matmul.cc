@@ -55,8 +55,10 @@ using dnnl::memory;
 constexpr int64_t kSerialMacs = int64_t{1} << 18;
 // Elementwise passes (quantizing A, dequantizing the product) give each thread at least this
 // many elements: a parallel region costs microseconds (more when other processes hold the
-// cores), about what 256K elements of these loops take.
-constexpr int64_t kMinElementsPerThread = int64_t{1} << 18;
+// cores), and 64K elements of these loops take tens of microseconds. (At 256K, BERT-4's
+// 128 x 1024 FFN input at batch 1 was quantized on one thread: int8 batch 1 p50 3.44-3.57 ->
+// 3.39-3.48 ms on AVX2, 1.83-1.95 -> 1.73-1.79 ms with VNNI, interleaved.)
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
 
 // What both kernels share: A [..., K] as rows, the [K, N] weight, bias, residual, post-ops.
 class CompressedMatMulBase : public DnnlKernel {
