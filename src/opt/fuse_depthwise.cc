@@ -43,7 +43,7 @@ bool IsPlainConv(GraphView& view, const Node& n, int64_t kernel) {
   }
   const Tensor* w = view.Constant(n.inputs[1]);
   if (w == nullptr || w->dtype() != DType::kFloat32 || w->rank() != 4 || w->dim(2) != kernel ||
-      w->dim(3) != kernel) {
+      w->dim(3) != kernel || w->num_elements() == 0) {
     return false;
   }
   if (n.inputs.size() == 3 && n.inputs[2] != ir::kNoValue) {

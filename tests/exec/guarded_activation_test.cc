@@ -410,6 +410,19 @@ TEST(ConvDepthwise, WithTheGuardOffTheConvolutionsRunApart) {
   EXPECT_EQ(runs.inside + runs.epilogue, 0);  // not guarded at all: always apart
 }
 
+TEST(ConvDepthwise, AnEmptyBatchGivesAnEmptyOutput) {
+  for (int64_t stride : {1, 2}) {
+    Block b;
+    b.stride = stride;
+    const Tensor y = RunPlan(Make(b, true), Tensor(DType::kFloat32, Shape{0, kIn, kSize, kSize}));
+    const int64_t out = (kSize + stride - 1) / stride;
+    EXPECT_EQ(y.shape(), (Shape{0, kIn, out, out})) << stride;
+    EXPECT_EQ(
+        y.shape(),
+        RunPlan(Make(b, false), Tensor(DType::kFloat32, Shape{0, kIn, kSize, kSize})).shape());
+  }
+}
+
 TEST(ConvDepthwise, OnlyAPrivateClippedExpansionFuses) {
   Block output;
   output.expanded_is_output = true;  // the expanded activation must be written

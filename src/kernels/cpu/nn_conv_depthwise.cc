@@ -86,11 +86,22 @@ class ConvDepthwiseKernel : public DnnlKernel {
         return Error("bias ", i, " must be a constant of ", m, " floats");
       }
     }
-    if (n <= 0 || c <= 0 || m <= 0 || h <= 0 || wd <= 0) return Error("empty input or weights");
+    if (c <= 0 || m <= 0) return Error("weights without channels");  // the pass refuses these
     has_bias_ = ctx.inputs[kBias].present();
     has_depthwise_bias_ = ctx.inputs[kDepthwiseBias].present();
     const Shape mid_shape{n, m, h, wd};
-    const Shape out_shape{n, m, (h - 1) / stride_ + 1, (wd - 1) / stride_ + 1};
+    // Pads 1 and a 3x3 window: ceil(size / stride) outputs, none for an empty input.
+    const Shape out_shape{n, m, (h + stride_ - 1) / stride_, (wd + stride_ - 1) / stride_};
+    ctx.SetNumOutputs(1);
+    ctx.output_dtypes[0] = DType::kFloat32;
+    ctx.output_shapes[0] = out_shape;
+    // An empty batch (or image) has nothing to compute, and oneDNN's primitive creation
+    // divides by these dimensions.
+    empty_ = out_shape.num_elements() == 0;
+    if (empty_) {
+      ctx.scratch_bytes = 0;
+      return absl::OkStatus();
+    }
 
     user_x_desc_ = LayoutDesc(x.shape, x.layout);
     user_y_desc_ = LayoutDesc(out_shape, ctx.output_layout(0));
@@ -195,9 +206,6 @@ class ConvDepthwiseKernel : public DnnlKernel {
     ctx.scratch_bytes = mid_offset_ + Align64(mid_desc_.get_size());
     ctx.guarded_activations = guard_.usable ? 1 : 0;
     ctx.activation_reorders = 0;
-    ctx.SetNumOutputs(1);
-    ctx.output_dtypes[0] = DType::kFloat32;
-    ctx.output_shapes[0] = out_shape;
     return absl::OkStatus();
   }
 
@@ -243,11 +251,13 @@ class ConvDepthwiseKernel : public DnnlKernel {
 
  public:
   std::unique_ptr<KernelRunState> NewRunState() const override {
+    if (empty_) return nullptr;
     return NewDnnlRunState([&] { return MakeRunState(); });
   }
 
  private:
   absl::Status ComputeImpl(ComputeContext& ctx) const override {
+    if (empty_) return absl::OkStatus();
     ScopedDnnlThreads threads(ctx.intra_op_threads);
     auto& stream = ThreadStream();
     char* scratch = static_cast<char*>(ctx.scratch);
@@ -291,6 +301,7 @@ class ConvDepthwiseKernel : public DnnlKernel {
 
   std::vector<PostOp> expand_ops_, depthwise_ops_;
   int64_t stride_ = 1;
+  bool empty_ = false;  // no output elements: nothing runs
   bool has_bias_ = false, has_depthwise_bias_ = false;
   memory::desc user_x_desc_, user_y_desc_, mid_desc_, bias_desc_, fused_depthwise_bias_desc_;
   memory::desc expand_scratch_desc_, depthwise_scratch_desc_, fused_scratch_desc_;
