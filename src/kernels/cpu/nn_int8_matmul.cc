@@ -69,6 +69,7 @@ class CompressedMatMulBase : public DnnlKernel {
   // the index of the bias input.
   absl::Status PrepareShapes(ReshapeContext& ctx, DType weight_dtype, size_t first_optional) {
     KILN_ASSIGN_OR_RETURN(post_ops_, ReadPostOps(node_));
+    heavy_post_ops_ = HasHeavyActivation(post_ops_);
     const bool has_residual = std::any_of(post_ops_.begin(), post_ops_.end(),
                                           [](const PostOp& p) { return p.kind == "Add"; });
     if (ctx.inputs.size() < first_optional || !ctx.inputs[0].present() ||
@@ -150,8 +151,7 @@ class CompressedMatMulBase : public DnnlKernel {
   // kMinHeavyElementsPerThread when a post-op is heavy (BERT's FFN Gelu over 128 x 1024 at
   // batch 1 ran on one thread).
   int64_t FinishRowsPerThread() const {
-    const int64_t elements =
-        HasHeavyActivation(post_ops_) ? kMinHeavyElementsPerThread : kMinElementsPerThread;
+    const int64_t elements = heavy_post_ops_ ? kMinHeavyElementsPerThread : kMinElementsPerThread;
     return std::max<int64_t>(1, elements / std::max<int64_t>(n_, 1));
   }
 
@@ -159,6 +159,7 @@ class CompressedMatMulBase : public DnnlKernel {
   static constexpr int64_t kBlockFloats = 8192;
 
   std::vector<PostOp> post_ops_;
+  bool heavy_post_ops_ = false;  // HasHeavyActivation(post_ops_), decided at Reshape
   int64_t k_ = 0, n_ = 0, rows_ = 0;
   int bias_index_ = -1, residual_index_ = -1;
 };
@@ -187,48 +188,49 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
       // A few rows without VNNI: Kiln's streaming product (gemv_int8_avx2.h), where the
       // weights are 7-bit; oneDNN otherwise.
       const int8_t* w = ctx.inputs[1].constant->data<int8_t>();
-      auto make =
-          [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const PackedInt8GemvB>, size_t>> {
-        KILN_ASSIGN_OR_RETURN(auto packed, PackedInt8GemvB::Pack(w, k_, n_));
-        const size_t bytes = packed->bytes();
-        return std::make_pair(std::move(packed), bytes);
-      };
-      absl::StatusOr<std::shared_ptr<const PackedInt8GemvB>> packed =
-          ctx.packed_constants != nullptr
-              ? ctx.packed_constants->GetOrCreate<PackedInt8GemvB>(&cache_node, "int8-gemv-avx2",
-                                                                   make)
-              : [&]() -> absl::StatusOr<std::shared_ptr<const PackedInt8GemvB>> {
-        KILN_ASSIGN_OR_RETURN(auto made, make());
-        return made.first;
-      }();
+      absl::StatusOr<std::shared_ptr<const PackedInt8GemvB>> packed;
+      if (ctx.packed_constants == nullptr) {
+        packed = PackedInt8GemvB::Pack(w, k_, n_);
+      } else {
+        packed = ctx.packed_constants->GetOrCreate<PackedInt8GemvB>(
+            &cache_node, "int8-gemv-avx2",
+            [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const PackedInt8GemvB>, size_t>> {
+              KILN_ASSIGN_OR_RETURN(auto made, PackedInt8GemvB::Pack(w, k_, n_));
+              const size_t bytes = made->bytes();
+              return std::make_pair(std::move(made), bytes);
+            });
+      }
       if (packed.ok()) {
         gemv_w_ = *std::move(packed);
       } else if (!absl::IsFailedPrecondition(packed.status())) {
         return packed.status();  // out of memory
       }
     }
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     src_desc_ = memory::desc({rows_, k_}, memory::data_type::u8, memory::format_tag::ab);
     user_w_desc_ = memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::ab);
     acc_desc_ = memory::desc({rows_, n_}, memory::data_type::s32, memory::format_tag::ab);
-    const memory::desc w_any =
-        w_constant && gemv_w_ == nullptr
-            ? memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::any)
-            : user_w_desc_;
-    dnnl::matmul::desc d(src_desc_, w_any, acc_desc_);
-    dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
-    w_desc_ = pd.weights_desc();
-    if (w_constant && w_desc_ != user_w_desc_) {
-      KILN_ASSIGN_OR_RETURN(packed_w_, PackConstant(ctx.packed_constants, cache_node, user_w_desc_,
-                                                    ctx.inputs[1].constant->raw_data(), w_desc_));
-    } else {
-      w_desc_ = user_w_desc_;
+    dnnl_scratch_bytes_ = 0;
+    if (gemv_w_ == nullptr) {  // oneDNN's product
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const memory::desc w_any =
+          w_constant ? memory::desc({k_, n_}, memory::data_type::s8, memory::format_tag::any)
+                     : user_w_desc_;
+      dnnl::matmul::desc d(src_desc_, w_any, acc_desc_);
+      dnnl::matmul::primitive_desc pd(d, attr, CpuEngine());
+      w_desc_ = pd.weights_desc();
+      if (w_constant && w_desc_ != user_w_desc_) {
+        KILN_ASSIGN_OR_RETURN(packed_w_,
+                              PackConstant(ctx.packed_constants, cache_node, user_w_desc_,
+                                           ctx.inputs[1].constant->raw_data(), w_desc_));
+      } else {
+        w_desc_ = user_w_desc_;
+      }
+      primitive_ = dnnl::matmul(pd);
+      scratch_desc_ = pd.scratchpad_desc();
+      dnnl_scratch_bytes_ = Align64(scratch_desc_.get_size());
     }
-    primitive_ = dnnl::matmul(pd);
-    scratch_desc_ = pd.scratchpad_desc();
     // Scratch: oneDNN's | A as u8 | int32 products | per row: scale, zero point, non-finite.
-    dnnl_scratch_bytes_ = Align64(scratch_desc_.get_size());
     src_offset_ = dnnl_scratch_bytes_;
     acc_offset_ = src_offset_ + Align64(rows_ * k_);
     scale_offset_ = acc_offset_ + Align64(rows_ * n_ * sizeof(int32_t));
@@ -245,6 +247,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
                                        acc_desc_, scratch_desc_);
   }
   std::unique_ptr<KernelRunState> NewRunState() const override {
+    if (gemv_w_ != nullptr) return nullptr;  // no oneDNN call
     return NewDnnlRunState([&] { return MakeRunState(); });
   }
 
@@ -311,7 +314,7 @@ class DynamicQuantMatMulKernel : public CompressedMatMulBase {
   }
 
   memory::desc src_desc_, user_w_desc_, w_desc_, acc_desc_, scratch_desc_;
-  std::shared_ptr<const dnnl::memory> packed_w_;  // shared by the model's plans
+  std::shared_ptr<const dnnl::memory> packed_w_;   // shared by the model's plans
   std::shared_ptr<const PackedInt8GemvB> gemv_w_;  // set: the product runs there, not oneDNN
   dnnl::matmul primitive_;
   size_t dnnl_scratch_bytes_ = 0, src_offset_ = 0, acc_offset_ = 0, scale_offset_ = 0,
