@@ -43,12 +43,18 @@ T IntegerUnary(UnaryOp op, const UnaryParams& p, T x, T lo, T hi) {
     case UnaryOp::kAbs:
       if constexpr (std::is_signed_v<T>) return x < 0 ? static_cast<T>(-x) : x;
       return x;
-    case UnaryOp::kNeg: return static_cast<T>(-x);
-    case UnaryOp::kSign: return x > 0 ? T(1) : (x < 0 ? static_cast<T>(-1) : T(0));
-    case UnaryOp::kRelu: return x < 0 ? T(0) : x;
-    case UnaryOp::kSquare: return static_cast<T>(x * x);
-    case UnaryOp::kClip: return x < lo ? lo : (x > hi ? hi : x);
-    default: return x;
+    case UnaryOp::kNeg:
+      return static_cast<T>(-x);
+    case UnaryOp::kSign:
+      return x > 0 ? T(1) : (x < 0 ? static_cast<T>(-1) : T(0));
+    case UnaryOp::kRelu:
+      return x < 0 ? T(0) : x;
+    case UnaryOp::kSquare:
+      return static_cast<T>(x * x);
+    case UnaryOp::kClip:
+      return x < lo ? lo : (x > hi ? hi : x);
+    default:
+      return x;
   }
 }
 
@@ -116,7 +122,6 @@ class UnaryKernel : public MathKernel {
   UnaryParams params_;
 };
 
-
 // Clip(x, min?, max?): bounds are optional scalar inputs (opset 11+), any numeric dtype.
 class ClipKernel : public MathKernel {
  public:
@@ -165,13 +170,13 @@ class ClipKernel : public MathKernel {
         const double* x = in.data<double>();
         double* y = out.data<double>();
         ctx.ParallelFor(in.num_elements(), kParallelGrain, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) y[i] = x[i] != x[i] ? x[i] : std::min(hi, std::max(lo, x[i]));
+          for (int64_t i = b; i < e; ++i)
+            y[i] = x[i] != x[i] ? x[i] : std::min(hi, std::max(lo, x[i]));
         });
       } else if constexpr (std::is_floating_point_v<C>) {
         RunUnary<T>(ctx, UnaryOp::kClip, p, in.data<T>(), out.data<T>(), in.num_elements());
       } else {
-        RunUnary<T>(ctx, UnaryOp::kClip, p, in.data<T>(), out.data<T>(), in.num_elements(), lo,
-                    hi);
+        RunUnary<T>(ctx, UnaryOp::kClip, p, in.data<T>(), out.data<T>(), in.num_elements(), lo, hi);
       }
     });
     return absl::OkStatus();
@@ -255,9 +260,15 @@ KernelFactory UnaryFactory(UnaryOp op) {
   return [op](const ir::Node& node) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
     UnaryParams p;
     switch (op) {
-      case UnaryOp::kLeakyRelu: p.alpha = node.GetFloat("alpha", 0.01f); break;
-      case UnaryOp::kElu: p.alpha = node.GetFloat("alpha", 1.0f); break;
-      case UnaryOp::kCelu: p.alpha = node.GetFloat("alpha", 1.0f); break;
+      case UnaryOp::kLeakyRelu:
+        p.alpha = node.GetFloat("alpha", 0.01f);
+        break;
+      case UnaryOp::kElu:
+        p.alpha = node.GetFloat("alpha", 1.0f);
+        break;
+      case UnaryOp::kCelu:
+        p.alpha = node.GetFloat("alpha", 1.0f);
+        break;
       case UnaryOp::kSelu:
         p.alpha = node.GetFloat("alpha", 1.67326319217681884765625f);
         p.gamma = node.GetFloat("gamma", 1.05070102214813232421875f);
@@ -266,12 +277,15 @@ KernelFactory UnaryFactory(UnaryOp op) {
         p.alpha = node.GetFloat("alpha", 0.2f);
         p.beta = node.GetFloat("beta", 0.5f);
         break;
-      case UnaryOp::kThresholdedRelu: p.alpha = node.GetFloat("alpha", 1.0f); break;
+      case UnaryOp::kThresholdedRelu:
+        p.alpha = node.GetFloat("alpha", 1.0f);
+        break;
       case UnaryOp::kShrink:
         p.alpha = node.GetFloat("lambd", 0.5f);
         p.beta = node.GetFloat("bias", 0.0f);
         break;
-      default: break;
+      default:
+        break;
     }
     UnaryOp actual = op;
     if (op == UnaryOp::kGelu) {
@@ -279,8 +293,8 @@ KernelFactory UnaryFactory(UnaryOp op) {
       if (approx == "tanh") {
         actual = UnaryOp::kGeluTanh;
       } else if (approx != "none") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            node.Describe(), ": attribute approximate='", approx, "' (expected none or tanh)"));
+        return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": attribute approximate='",
+                                                       approx, "' (expected none or tanh)"));
       }
     }
     return std::unique_ptr<OpKernel>(new UnaryKernel(node, actual, p));
@@ -330,18 +344,23 @@ KILN_REGISTER_KERNEL("kiln", "Rsqrt", UnaryFactory(UnaryOp::kRsqrt));
 KILN_REGISTER_KERNEL("kiln", "Square", UnaryFactory(UnaryOp::kSquare));
 KILN_REGISTER_KERNEL_CLASS("", "Clip", ClipKernel);
 // Identity is registered with the tensor kernels (tensor_shape.cc).
-KILN_REGISTER_KERNEL("", "IsNaN", [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new PredicateKernel(n, PredicateOp::kIsNaN));
-});
-KILN_REGISTER_KERNEL("", "IsInf", [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-  return std::unique_ptr<OpKernel>(new PredicateKernel(n, PredicateOp::kIsInf));
-});
+KILN_REGISTER_KERNEL("", "IsNaN",
+                     [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(
+                           new PredicateKernel(n, PredicateOp::kIsNaN));
+                     });
+KILN_REGISTER_KERNEL("", "IsInf",
+                     [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
+                       return std::unique_ptr<OpKernel>(
+                           new PredicateKernel(n, PredicateOp::kIsInf));
+                     });
 KILN_REGISTER_KERNEL("", "Not", [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
   return std::unique_ptr<OpKernel>(new PredicateKernel(n, PredicateOp::kNot));
 });
 KILN_REGISTER_KERNEL("", "BitwiseNot",
                      [](const ir::Node& n) -> absl::StatusOr<std::unique_ptr<OpKernel>> {
-                       return std::unique_ptr<OpKernel>(new PredicateKernel(n, PredicateOp::kBitwiseNot));
+                       return std::unique_ptr<OpKernel>(
+                           new PredicateKernel(n, PredicateOp::kBitwiseNot));
                      });
 
 }  // namespace
