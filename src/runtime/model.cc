@@ -490,6 +490,7 @@ absl::Status ModelImpl::Init(import::ImportedModel imported, const ModelOptions&
       rt.log.nodes_after = rt.log.nodes_before;
     } else {
       pass_options.conv_activation_layout = kernels::PreferredConvActivationLayout();
+      pass_options.winograd_conv_layout = kernels::WinogradConvActivationLayout();
       pass_options.fuse_conv_depthwise = !options.allow_compression;
       pass_options.evaluator = &evaluator;
       KILN_RETURN_IF_ERROR(Annotate(opt::Optimize(*graph, pass_options, &rt.log),

@@ -2,12 +2,13 @@
 // the LayerNorm fusion on inputs of unknown type: each
 // test checks what the optimizer marked or fused and that the optimized graph computes what
 // the original computes (kernels run for real, through the plan compiler).
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "kiln/exec/node_evaluator.h"
 #include "kiln/exec/plan.h"
+#include "kiln/kernels/conv_layout.h"
 #include "kiln/opt/pass.h"
 
 namespace kiln::opt {
@@ -44,11 +45,14 @@ std::vector<Tensor> Run(const Graph& graph, const std::vector<Tensor>& inputs) {
 }
 
 Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs,
-                         ir::MemoryLayout conv_layout = ir::MemoryLayout::kPlain) {
+                         ir::MemoryLayout conv_layout = ir::MemoryLayout::kPlain,
+                         ir::MemoryLayout winograd_layout = ir::MemoryLayout::kPlain,
+                         OptimizationLog* log_out = nullptr) {
   Graph optimized = graph;
   OptimizationLog log;
   PassOptions options;
   options.conv_activation_layout = conv_layout;
+  options.winograd_conv_layout = winograd_layout;
   const exec::KernelEvaluator evaluator;
   options.evaluator = &evaluator;
   absl::Status st = Optimize(optimized, options, &log);
@@ -62,6 +66,7 @@ Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs,
         << "output " << i << "\nexpected " << expected[i].DebugString() << "\nactual   "
         << actual[i].DebugString() << "\n" << log.ToString();
   }
+  if (log_out != nullptr) *log_out = log;
   return optimized;
 }
 
@@ -113,6 +118,60 @@ TEST(ConvActivationLayoutTest, ConvChainKeepsTheLayoutAndMatches) {
   Graph plain = OptimizeAndCompare(g, {Random(Shape{2, 16, 10, 10}, 99)});
   for (ValueId v = 0; v < plain.num_values(); ++v) {
     EXPECT_EQ(plain.value(v).layout, ir::MemoryLayout::kPlain) << plain.value(v).name;
+  }
+}
+
+// Where 3x3 stride-1 convolutions (Winograd's shape) carry most of the work, the chains are
+// kept in Winograd's layout instead of the CPU's direct-convolution one, so those convolutions
+// and the strided ones between run without a reorder; a graph of mostly 1x1 convolutions keeps
+// the direct layout.
+TEST(ConvActivationLayoutTest, WinogradShapedGraphKeepsWinogradsLayout) {
+  auto build = [](int64_t kernel) {
+    Graph g;
+    const ValueId x = g.AddValue("x", TensorType::Of(DType::kFloat32, {1, 16, 16, 16}));
+    g.inputs = {x};
+    auto conv = [&](ValueId in, int64_t k, int64_t stride, int seed, const std::string& name) {
+      const int64_t p = k / 2;
+      return Op(g, "Conv",
+                {in, g.AddConstant(name + "_w", Random(Shape{16, 16, k, k}, seed)),
+                 g.AddConstant(name + "_b", Random(Shape{16}, seed + 1))},
+                {{"pads", std::vector<int64_t>{p, p, p, p}},
+                 {"strides", std::vector<int64_t>{stride, stride}}},
+                name);
+    };
+    // A strided 1x1 stem, two convolutions of `kernel` with a residual, a strided 3x3 conv:
+    // with kernel 3, 85% of the multiply-adds are Winograd-shaped.
+    const ValueId stem = Op(g, "Relu", {conv(x, 1, 2, 1, "stem")});
+    ValueId y = Op(g, "Relu", {conv(stem, kernel, 1, 3, "a")});
+    y = Op(g, "Relu", {Op(g, "Add", {conv(y, kernel, 1, 5, "b"), stem})});
+    y = Op(g, "Relu", {conv(y, 3, 2, 7, "down")});
+    g.outputs = {Op(g, "Flatten", {Op(g, "GlobalAveragePool", {y}, {}, "gap")})};
+    return g;
+  };
+  const Tensor input = Random(Shape{1, 16, 16, 16}, 42);
+  OptimizationLog log;
+  Graph winograd = OptimizeAndCompare(build(3), {input}, ir::MemoryLayout::kNhwc,
+                                      ir::MemoryLayout::kNchw16c, &log);
+  EXPECT_NE(log.ToString(20).find("Winograd's layout"), std::string::npos) << log.ToString(20);
+  int kept = 0;
+  for (ValueId v = 0; v < winograd.num_values(); ++v) {
+    EXPECT_NE(winograd.value(v).layout, ir::MemoryLayout::kNhwc) << winograd.value(v).name;
+    kept += winograd.value(v).layout == ir::MemoryLayout::kNchw16c;
+  }
+  EXPECT_EQ(kept, 4) << winograd.ToString();  // the outputs of stem, a, b and down
+  // Where this CPU's Winograd runs in nChw16c (AVX-512), the plan runs the kept chain without
+  // reordering (the strided convolutions read and write nChw16c as well): at most the NCHW
+  // graph input's reorder into the stem. (Capped to AVX2 the runtime never asks for nChw16c.)
+  if (kernels::WinogradConvActivationLayout() == ir::MemoryLayout::kNchw16c) {
+    auto plan = exec::CompiledPlan::Compile(std::make_shared<Graph>(winograd), {input.shape()});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_LE((*plan)->stats().activation_reorders, 1);
+  }
+
+  Graph direct =
+      OptimizeAndCompare(build(1), {input}, ir::MemoryLayout::kNhwc, ir::MemoryLayout::kNchw16c);
+  for (ValueId v = 0; v < direct.num_values(); ++v) {
+    EXPECT_NE(direct.value(v).layout, ir::MemoryLayout::kNchw16c) << direct.value(v).name;
   }
 }
 

@@ -12,4 +12,10 @@ namespace kiln::kernels {
 // variable KILN_CONV_LAYOUT=nhwc|nChw8c|nChw16c|plain overrides it (to measure the others).
 ir::MemoryLayout PreferredConvActivationLayout();
 
+// The layout this CPU's Winograd convolutions read and write (oneDNN 2.6: nChw16c on
+// AVX-512; none on AVX2), which the optimizer keeps instead where Winograd's 3x3 convolutions
+// carry most of a graph's work (opt::PassOptions::winograd_conv_layout). kPlain where oneDNN has
+// no Winograd, KILN_CONV_WINOGRAD=0 turns it off, or KILN_CONV_LAYOUT forces a layout.
+ir::MemoryLayout WinogradConvActivationLayout();
+
 }  // namespace kiln::kernels

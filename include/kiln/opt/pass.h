@@ -77,6 +77,11 @@ struct PassOptions {
   // from oneDNN's own choice: kernels::PreferredConvActivationLayout); conv_activation_layout
   // keeps chains of convolutions and pools in it. kPlain: every value stays NCHW.
   ir::MemoryLayout conv_activation_layout = ir::MemoryLayout::kPlain;
+  // The layout this CPU's Winograd convolutions read and write
+  // (kernels::WinogradConvActivationLayout); kPlain: none. A graph whose Winograd-shaped
+  // convolutions (3x3, stride 1, dense) carry at least three quarters of its convolutions'
+  // multiply-adds is kept in it instead, so they run without reordering in and out of it.
+  ir::MemoryLayout winograd_conv_layout = ir::MemoryLayout::kPlain;
   // Evaluates nodes for constant folding: the runtime hands in its kernels
   // (exec::KernelEvaluator), so the optimizer folds exactly what a run would compute without
   // linking them. Null: nothing is folded.

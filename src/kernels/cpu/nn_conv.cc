@@ -327,9 +327,34 @@ class ConvKernel : public DnnlKernel {
       if (!creating_) primitive_ = Primitive(pd);  // Create keeps only the packed weights
     };
     if (!transpose_) {
-      const dnnl::convolution_forward::desc direct(dnnl::prop_kind::forward_inference,
-                                                   dnnl::algorithm::convolution_direct, any_x,
-                                                   any_w, bias_desc, any_y, strides, dil, pl, pr);
+      // In a blocked plan (nChw8c/nChw16c) the convolution is asked for the plan's layouts
+      // where oneDNN has them: on AVX-512, "any" picks NHWC brgconv, and a plan kept in
+      // Winograd's nChw16c (PassOptions::winograd_conv_layout) would reorder around every
+      // direct convolution. Otherwise, and where oneDNN has only its reference loop for them
+      // (nChw16c on AVX2), "any".
+      auto direct_desc = [&](bool plan_layouts) {
+        return dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+            plan_layouts && x.layout != ir::MemoryLayout::kPlain ? user_x_desc_ : any_x, any_w,
+            bias_desc,
+            plan_layouts && ctx.output_layout(0) != ir::MemoryLayout::kPlain ? user_y_desc_ : any_y,
+            strides, dil, pl, pr);
+      };
+      const bool blocked =
+          ir::ChannelBlock(x.layout) > 0 || ir::ChannelBlock(ctx.output_layout(0)) > 0;
+      std::optional<dnnl::convolution_forward::desc> direct_storage;
+      if (blocked) {
+        try {
+          direct_storage.emplace(direct_desc(true));
+          const dnnl::convolution_forward::primitive_desc pd(*direct_storage, attr, CpuEngine());
+          // oneDNN's reference loop takes any layout, hundreds of times slower than a reorder.
+          if (std::string_view(pd.impl_info_str()).rfind("ref", 0) == 0) direct_storage.reset();
+        } catch (const dnnl::error&) {
+          direct_storage.reset();
+        }
+      }
+      if (!direct_storage) direct_storage.emplace(direct_desc(false));
+      const dnnl::convolution_forward::desc& direct = *direct_storage;
       // Winograd for 3x3 stride-1 convolutions where it is measured faster for this plan
       // (nn_conv_winograd.h; KILN_CONV_WINOGRAD=0 turns it off).
       // The model's node (ctx.node), the same object for every plan: the key of what the

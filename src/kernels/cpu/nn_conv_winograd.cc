@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "kiln/core/determinism.h"
 #include "kiln/core/status.h"
+#include "kiln/kernels/conv_layout.h"
 #include "nn_dnnl.h"
 
 namespace kiln::kernels::nn {
@@ -431,3 +432,39 @@ bool ConvWinograd::RecomputeIfNotFinite(const void* x, const void* w, const void
 }
 
 }  // namespace kiln::kernels::nn
+
+namespace kiln::kernels {
+
+// oneDNN's Winograd reads and writes blocked memory only (nChw16c on avx512_core), whatever
+// the plan's layout; asked once for a ResNet-like 64-channel 56x56 convolution.
+ir::MemoryLayout WinogradConvActivationLayout() {
+  static const ir::MemoryLayout layout = [] {
+    using dnnl::memory;
+    try {
+      const memory::dims src{1, 64, 56, 56}, wei{64, 64, 3, 3};
+      const memory::desc any_src(src, memory::data_type::f32, memory::format_tag::any);
+      const memory::desc any_w(wei, memory::data_type::f32, memory::format_tag::any);
+      const dnnl::convolution_forward::primitive_desc pd(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::convolution_winograd, any_src, any_w,
+                                          any_src, {1, 1}, {1, 1}, {1, 1}),
+          nn::CpuEngine());
+      for (auto [tag, kiln_layout] :
+           {std::pair{memory::format_tag::nChw16c, ir::MemoryLayout::kNchw16c},
+            std::pair{memory::format_tag::nChw8c, ir::MemoryLayout::kNchw8c}}) {
+        const memory::desc want(src, memory::data_type::f32, tag);
+        if (pd.src_desc() == want && pd.dst_desc() == want) return kiln_layout;
+      }
+    } catch (const dnnl::error&) {
+    }
+    return ir::MemoryLayout::kPlain;
+  }();
+  // A forced layout is measured as is; without Winograd the layout would buy nothing.
+  const absl::StatusOr<nn::WinogradMode> mode = nn::ReadWinogradMode();
+  if (std::getenv("KILN_CONV_LAYOUT") != nullptr || !mode.ok() || *mode == nn::WinogradMode::kOff) {
+    return ir::MemoryLayout::kPlain;
+  }
+  return layout;
+}
+
+}  // namespace kiln::kernels
