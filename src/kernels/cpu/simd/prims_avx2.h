@@ -45,8 +45,9 @@ inline F Pow2(F n) {
   I e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
   return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
-// p * 2^n, rounded once, for integer-valued n in [-151, 128] and p in [0.5, 2]: in two steps,
-// the first exact, so that subnormal and overflowed results round once as a single scale would.
+// p * 2^n, rounded once, for integer-valued n in [-252, 254] and p in [0.5, 2]: in two steps
+// of at most 2^+-127, the first exact, so that subnormal and overflowed results round once as a
+// single scale would.
 inline F ScaleByPow2(F p, F n) {
   F n1 = _mm256_floor_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)));
   return _mm256_mul_ps(_mm256_mul_ps(p, Pow2(n1)), Pow2(_mm256_sub_ps(n, n1)));

@@ -45,8 +45,8 @@ inline F Pow2(F n) {
   I e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
   return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
-// p * 2^n, rounded once, for integer-valued n (|n| <= 151): vscalefps, which also gives the
-// subnormal and overflowed results.
+// p * 2^n, rounded once, for integer-valued n: vscalefps, which also gives the subnormal and
+// overflowed results.
 inline F ScaleByPow2(F p, F n) { return _mm512_scalef_ps(p, n); }
 inline F Frexp(F x, F* exponent) {
   I bits = _mm512_castps_si512(x);
