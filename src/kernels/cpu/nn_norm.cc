@@ -113,10 +113,10 @@ class BatchNormKernel : public FloatNormKernel {
 };
 
 // The sum of in[i] (or of (in[i] - center)^2) in double. Eight independent accumulators, so
-// the adds do not wait on each other: one running sum is a chain of dependent adds, which made
-// BERT-4's nine LayerNorms 7% of its batch-32 run (perf, issue 9). (GCC keeps them scalar;
-// two AVX2 vectors of four doubles measured no faster end to end, 2026-12-06.) In double the order of the
-// additions does not show in the float result; NaN and infinities propagate in any order.
+// the adds do not wait on each other (GCC keeps them scalar; the gain is the independent
+// chains): one running sum is a chain of dependent adds, which made BERT-4's nine LayerNorms 7%
+// of its batch-32 run (perf, issue 9). In double the order of the additions does not show in
+// the float result; NaN and infinities propagate in any order.
 double SumAsDouble(const float* in, int64_t n, double center, bool squares) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
