@@ -28,7 +28,8 @@ Tensor Random(Shape shape, uint32_t seed) {
 
 ValueId Op(Graph& g, const std::string& op, std::vector<ValueId> inputs,
            std::map<std::string, ir::Attribute> attrs = {}, const std::string& name = "") {
-  const ir::NodeId id = g.AddNode(op, std::move(inputs), 1, std::move(attrs), name.empty() ? op : name);
+  const ir::NodeId id =
+      g.AddNode(op, std::move(inputs), 1, std::move(attrs), name.empty() ? op : name);
   return g.node(id).outputs[0];
 }
 
@@ -64,7 +65,8 @@ Graph OptimizeAndCompare(const Graph& graph, const std::vector<Tensor>& inputs,
   for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
     EXPECT_TRUE(TensorsAllClose(actual[i], expected[i], 1e-4, 1e-5))
         << "output " << i << "\nexpected " << expected[i].DebugString() << "\nactual   "
-        << actual[i].DebugString() << "\n" << log.ToString();
+        << actual[i].DebugString() << "\n"
+        << log.ToString();
   }
   if (log_out != nullptr) *log_out = log;
   return optimized;
@@ -244,11 +246,15 @@ TEST(LayerNormFusionTest, FusesWhenInputTypeIsUnknown) {
   const ValueId axes = g.AddConstant("axes", Tensor::FromVector<int64_t>({-1}));
   const ValueId mean = Op(g, "ReduceMean", {x, axes});
   const ValueId d = Op(g, "Sub", {x, mean});
-  const ValueId var =
-      Op(g, "ReduceMean", {Op(g, "Pow", {d, g.AddConstant("two", Tensor::Scalar<float>(2))}), axes});
-  const ValueId n = Op(g, "Div", {d, Op(g, "Sqrt", {Op(g, "Add", {var, g.AddConstant("eps", Tensor::Scalar<float>(1e-5f))})})});
-  g.outputs = {Op(g, "Add", {Op(g, "Mul", {n, g.AddConstant("gamma", Random(Shape{10}, 3))}),
-                             g.AddConstant("beta", Random(Shape{10}, 4))})};
+  const ValueId var = Op(g, "ReduceMean",
+                         {Op(g, "Pow", {d, g.AddConstant("two", Tensor::Scalar<float>(2))}), axes});
+  const ValueId n = Op(
+      g, "Div",
+      {d,
+       Op(g, "Sqrt", {Op(g, "Add", {var, g.AddConstant("eps", Tensor::Scalar<float>(1e-5f))})})});
+  g.outputs = {Op(g, "Add",
+                  {Op(g, "Mul", {n, g.AddConstant("gamma", Random(Shape{10}, 3))}),
+                   g.AddConstant("beta", Random(Shape{10}, 4))})};
   Graph opt = OptimizeAndCompare(g, {Random(Shape{3, 10}, 7)});
   int layer_norms = 0, reduce_means = 0;
   for (const ir::Node& node : opt.nodes()) {

@@ -68,17 +68,20 @@ class BatchNormKernel : public FloatNormKernel {
   using FloatNormKernel::FloatNormKernel;
   absl::Status PrepareFloat(ReshapeContext& ctx) override {
     if (node_.GetInt("training_mode", 0) != 0) {
-      return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": training_mode=1 is not supported for inference"));
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Describe(), ": training_mode=1 is not supported for inference"));
     }
     if (ctx.inputs.size() < 5) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": needs X, scale, B, mean, var"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": needs X, scale, B, mean, var"));
     }
     const Shape& x = ctx.inputs[0].shape;
     const int64_t c = x.rank() >= 2 ? x.dim(1) : 1;
     for (int i = 1; i < 5; ++i) {
       if (ctx.inputs[i].shape.num_elements() != c) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input ", i, " has shape ",
-                                                       ctx.inputs[i].shape.ToString(), "; expected [", c, "]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": input ", i, " has shape ",
+                         ctx.inputs[i].shape.ToString(), "; expected [", c, "]"));
       }
     }
     DeclareNormOutputs(ctx, node_, x, Shape{c});  // running mean/var outputs: pass-through
@@ -174,7 +177,8 @@ class InstanceNormKernel : public FloatNormKernel {
   absl::Status PrepareFloat(ReshapeContext& ctx) override {
     const Shape& x = ctx.inputs[0].shape;
     if (x.rank() < 3) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ", x.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ", x.ToString()));
     }
     DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
@@ -198,8 +202,8 @@ class GroupNormKernel : public FloatNormKernel {
     const Shape& x = ctx.inputs[0].shape;
     groups_ = node_.GetInt("num_groups", 1);
     if (x.rank() < 2 || groups_ <= 0 || x.dim(1) % groups_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", x.dim(1),
-                                                     " channels do not split into num_groups=", groups_));
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": ", x.dim(1), " channels do not split into num_groups=", groups_));
     }
     DeclareOutputLikeInput0(ctx, DType::kFloat32, /*in_place_of_input0=*/true);
     return absl::OkStatus();
@@ -234,7 +238,8 @@ class LayerNormKernel : public FloatNormKernel {
     int64_t axis = node_.GetInt("axis", -1);
     if (axis < 0) axis += x.rank();
     if (axis < 0 || axis >= x.rank()) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": axis ", node_.GetInt("axis", -1),
+      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": axis ",
+                                                     node_.GetInt("axis", -1),
                                                      " is out of range for input ", x.ToString()));
     }
     axis_ = axis;
@@ -242,10 +247,13 @@ class LayerNormKernel : public FloatNormKernel {
     for (int i = static_cast<int>(axis); i < x.rank(); ++i) inner *= x.dim(i);
     inner_ = inner;
     scale_size_ = ctx.inputs[1].shape.num_elements();
-    bias_size_ = ctx.inputs.size() > 2 && ctx.inputs[2].present() ? ctx.inputs[2].shape.num_elements() : 0;
-    if (inner_ % std::max<int64_t>(1, scale_size_) != 0 || (bias_size_ && inner_ % bias_size_ != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": scale ", ctx.inputs[1].shape.ToString(),
-                                                     " does not broadcast over the normalized size ", inner_));
+    bias_size_ =
+        ctx.inputs.size() > 2 && ctx.inputs[2].present() ? ctx.inputs[2].shape.num_elements() : 0;
+    if (inner_ % std::max<int64_t>(1, scale_size_) != 0 ||
+        (bias_size_ && inner_ % bias_size_ != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(node_.Describe(), ": scale ", ctx.inputs[1].shape.ToString(),
+                       " does not broadcast over the normalized size ", inner_));
     }
     Shape stats = x;
     for (int i = static_cast<int>(axis); i < x.rank(); ++i) stats.set_dim(i, 1);
@@ -257,8 +265,10 @@ class LayerNormKernel : public FloatNormKernel {
     const int64_t groups = inner_ == 0 ? 0 : x.num_elements() / inner_;
     const float* scale = ctx.inputs[1].data<float>();
     const float* bias = bias_size_ ? ctx.inputs[2].data<float>() : nullptr;
-    float* mean = ctx.outputs.size() > 1 && ctx.outputs[1].valid() ? ctx.outputs[1].data<float>() : nullptr;
-    float* inv_std = ctx.outputs.size() > 2 && ctx.outputs[2].valid() ? ctx.outputs[2].data<float>() : nullptr;
+    float* mean =
+        ctx.outputs.size() > 1 && ctx.outputs[1].valid() ? ctx.outputs[1].data<float>() : nullptr;
+    float* inv_std =
+        ctx.outputs.size() > 2 && ctx.outputs[2].valid() ? ctx.outputs[2].data<float>() : nullptr;
     const int64_t inner = inner_, ss = scale_size_, bs = bias_size_;
     NormalizeGroups(ctx, x.data<float>(), ctx.outputs[0].data<float>(), groups, inner, epsilon_,
                     mean, inv_std, [&](int64_t, float* row) {
@@ -288,8 +298,8 @@ class LrnKernel : public FloatNormKernel {
   using FloatNormKernel::FloatNormKernel;
   absl::Status PrepareFloat(ReshapeContext& ctx) override {
     if (ctx.inputs[0].shape.rank() < 3) {
-      return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": input must be N, C, D1...; got ",
-                                                     ctx.inputs[0].shape.ToString()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          node_.Describe(), ": input must be N, C, D1...; got ", ctx.inputs[0].shape.ToString()));
     }
     size_ = node_.GetInt("size", 1);
     alpha_ = node_.GetFloat("alpha", 1e-4f);
@@ -338,7 +348,8 @@ class MvnKernel : public FloatNormKernel {
     for (int64_t a : axes) {
       if (a < 0) a += x.rank();
       if (a < 0 || a >= x.rank()) {
-        return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": axis out of range for ", x.ToString()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Describe(), ": axis out of range for ", x.ToString()));
       }
       reduced_[a] = true;
     }

@@ -16,12 +16,14 @@ inline F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
 inline F Div(F a, F b) { return _mm256_div_ps(a, b); }
 inline F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }    // a*b+c
 inline F Fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }  // c-a*b
-inline F MinRaw(F a, F b) { return _mm256_min_ps(a, b); }  // b when either is NaN
+inline F MinRaw(F a, F b) { return _mm256_min_ps(a, b); }           // b when either is NaN
 inline F MaxRaw(F a, F b) { return _mm256_max_ps(a, b); }
 inline F Sqrt(F a) { return _mm256_sqrt_ps(a); }
 inline F Floor(F a) { return _mm256_floor_ps(a); }
 inline F Ceil(F a) { return _mm256_ceil_ps(a); }
-inline F RoundEven(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline F RoundEven(F a) {
+  return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 inline F Trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 inline F AndF(F a, F b) { return _mm256_and_ps(a, b); }
 inline F XorF(F a, F b) { return _mm256_xor_ps(a, b); }
