@@ -9,8 +9,9 @@
 # (cd bench/peers && npm install --ignore-scripts onnxruntime-node@1.30.0).
 # Writes OUTDIR/models/*.onnx, OUTDIR/raw.jsonl (every measurement), OUTDIR/summary.json and
 # prints a table. Env: MODELS (default "resnet18 mobilenet_v2 bert4 mlp dlrm"), SECONDS_PER (2),
-# THREADS (2), RUNTIMES (default "kiln ort torch"; "kiln_avx2" adds Kiln capped to AVX2 with
-# --isa=avx2, to measure the AVX2 path on an AVX-512 machine). Each model's GFLOP/s (from
+# THREADS (2), RUNTIMES (default "kiln ort torch"; on an AVX-512 machine "kiln_avx2 ort_avx2"
+# add both runtimes' AVX2 paths: each runs under cpuid_cap/as_avx2_cpu.sh, where CPUID reports
+# no AVX-512, and Kiln also gets --isa=avx2). Each model's GFLOP/s (from
 # model_flops.py) is printed beside the machine's measured GEMM rate (dnnl_sgemm, 2048^3). Each figure is the median over rounds of
 # one process's p50 / items/s (>= 10 timed runs and SECONDS_PER seconds; PyTorch >= 3 runs, as
 # Debian's build does BERT-4 at batch 32 in ~16 s a run).
@@ -25,6 +26,7 @@ RUNTIMES="${RUNTIMES:-kiln ort torch}"
 KILN="${KILN:-$ROOT/build/tools/kiln/kiln}"  # a copy, when the build may change under the run
 MATMUL="${MATMUL:-$ROOT/build/bench/runtime/runtime_matmul_bench}"
 PY=/usr/bin/python3
+AS_AVX2="$ROOT/bench/peers/cpuid_cap/as_avx2_cpu.sh"
 for f in "$KILN" "$MATMUL"; do
   [ -x "$f" ] || { echo "missing $f: build it with /tmp/kb kiln runtime_matmul_bench" >&2; exit 1; }
 done
@@ -58,10 +60,14 @@ for round in $(seq 1 "$ROUNDS"); do
       case "$runtime" in
         kiln) record kiln "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
                 --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" ;;
-        kiln_avx2) record kiln_avx2 "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
-                --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" --isa avx2 ;;
+        kiln_avx2) record kiln_avx2 "$model" "$round" "$AS_AVX2" "$KILN" run "$onnx" --bench \
+                --random_inputs --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" \
+                --isa avx2 ;;
         ort) record ort "$model" "$round" node "$ROOT/bench/peers/ort_bench.js" "$onnx" \
                --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
+        ort_avx2) record ort_avx2 "$model" "$round" "$AS_AVX2" node \
+               "$ROOT/bench/peers/ort_bench.js" "$onnx" --batch 1,32 --threads "$THREADS" \
+               --seconds "$SECONDS_PER" ;;
         torch) record torch "$model" "$round" $PY "$ROOT/bench/peers/torch_bench.py" "$onnx" \
                  --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" --min_runs 3 ;;
       esac
@@ -97,9 +103,9 @@ med = lambda v: statistics.median(v) if v else None
 models = list(dict.fromkeys(r["model"] for r in rows if not r["model"].startswith("matmul_")))
 summary = {"models": {}, "matmul": {}, "load": [json.loads(l) for l in open(load_path)]}
 def ratio(a, b): return round(a / b, 2) if a and b else None
-RTS = ("kiln", "kiln_avx2", "ort", "torch")
-print(f"{'model':13} {'metric':12} {'kiln':>9} {'kiln_avx2':>9} {'ort':>9} {'torch':>9} "
-      f"{'kiln/ort':>8} {'avx2/ort':>8} {'kiln/torch':>10} {'kiln GFLOP/s':>12}")
+RTS = ("kiln", "kiln_avx2", "ort", "ort_avx2", "torch")
+print(f"{'model':13} {'metric':12} {'kiln':>9} {'kiln_avx2':>9} {'ort':>9} {'ort_avx2':>9} "
+      f"{'torch':>9} {'kiln/ort':>8} {'avx2/ort_avx2':>13} {'kiln/torch':>10} {'kiln GFLOP/s':>12}")
 for m in models:
     entry = summary["models"].setdefault(m, {"gflop_per_item": flops.get(m, 0) / 1e9})
     for batch, metric, table, better_low in ((1, "b1 p50 ms", p50, True), (32, "b32 items/s", ips, False)):
@@ -112,14 +118,14 @@ for m in models:
             rat = lambda rt, peer: ratio(vals[rt], vals[peer])
             gflops = flops.get(m, 0) * vals["kiln"] / 1e9 if vals["kiln"] else None
         entry[metric] = {**vals, "kiln_vs_ort": rat("kiln", "ort"),
-                         "kiln_avx2_vs_ort": rat("kiln_avx2", "ort"),
+                         "kiln_avx2_vs_ort_avx2": rat("kiln_avx2", "ort_avx2"),
                          "kiln_vs_torch": rat("kiln", "torch"), "kiln_gflops": gflops,
                          "rounds": {rt: table.get((m, rt, batch), []) for rt in RTS}}
         f = lambda v: "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.0f}")
         g = lambda v: "-" if v is None else f"{v:.2f}x"
         print(f"{m:13} {metric:12} {f(vals['kiln']):>9} {f(vals['kiln_avx2']):>9} {f(vals['ort']):>9} "
-              f"{f(vals['torch']):>9} {g(rat('kiln', 'ort')):>8} {g(rat('kiln_avx2', 'ort')):>8} "
-              f"{g(rat('kiln', 'torch')):>10} {f(gflops):>12}")
+              f"{f(vals['ort_avx2']):>9} {f(vals['torch']):>9} {g(rat('kiln', 'ort')):>8} "
+              f"{g(rat('kiln_avx2', 'ort_avx2')):>13} {g(rat('kiln', 'torch')):>10} {f(gflops):>12}")
 for name, results in mm.items():
     k = statistics.median(r["kiln_gflops"] for r in results)
     s = statistics.median(r["dnnl_sgemm_gflops"] for r in results)

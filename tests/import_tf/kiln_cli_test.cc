@@ -304,6 +304,42 @@ TEST(KilnCliTest, IsaCapIsAppliedAndReported) {
   fs::remove_all(dir);
 }
 
+// Without --isa, Kiln's kernels and oneDNN choose from what CPUID reports: on a CPU that
+// reports AVX2 and nothing newer (bench/peers/cpuid_cap, which hides AVX-512 and AVX-VNNI
+// through the kernel's CPUID faulting) they choose their AVX2 paths, as on an AVX2-only server.
+TEST(KilnCliTest, AnAvx2OnlyCpuGetsTheAvx2Kernels) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
+                          std::istreambuf_iterator<char>());
+  if (!absl::StrContains(flags, " cpuid_fault") || !absl::StrContains(flags, " avx512f")) {
+    GTEST_SKIP() << "needs an AVX-512 CPU with CPUID faulting, to make it look AVX2-only";
+  }
+  // A model whose convolutions run on oneDNN, so that its verbose log names the kernels.
+  const std::string dir = TempDir("cpuid_avx2");
+  const std::string run =
+      absl::StrCat("run ", KILN_SHARED_DIR, "/testdata/models/onnx_light_zoo/light_squeezenet.onnx",
+                   " --bench --random_inputs --batch 1 --iterations 2 --json");
+  auto native = Kiln(run);
+  ASSERT_EQ(native.exit_code, 0) << native.output;
+  EXPECT_TRUE(absl::StrContains(native.output, "\"isa\": \"avx512\"")) << native.output;
+
+  CommandResult capped;
+  const std::string command =
+      absl::StrCat("KILN_CPUID_CAP_DIR=", dir, " DNNL_VERBOSE=1 ", KILN_SOURCE_DIR,
+                   "/bench/peers/cpuid_cap/as_avx2_cpu.sh ", KILN_BINARY, " ", run, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) capped.output.append(buffer, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << capped.output;
+  EXPECT_TRUE(absl::StrContains(capped.output, "\"isa\": \"avx2\"")) << capped.output;
+  EXPECT_TRUE(absl::StrContains(capped.output, "isa:Intel AVX2\n")) << capped.output;
+  EXPECT_FALSE(absl::StrContains(capped.output, "avx512")) << capped.output;
+  fs::remove_all(dir);
+}
+
 TEST(KilnCliTest, RepeatedInputIsAnError) {
   const std::string dir = WriteTabularModel("repeated");
   auto r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input ",
