@@ -376,6 +376,10 @@ class ConvKernel : public DnnlKernel {
       query.user_x = user_x_desc_;
       query.user_y = user_y_desc_;
       query.user_r = user_r_desc_;
+      query.x_layout = x.layout;
+      query.y_layout = ctx.output_layout(0);
+      query.r_layout =
+          residual_index_ >= 0 ? ctx.inputs[residual_index_].layout : ir::MemoryLayout::kPlain;
       query.user_w = w_.user;
       query.bias = bias_desc;
       query.strides_dnnl = strides;
@@ -386,7 +390,7 @@ class ConvKernel : public DnnlKernel {
       query.cache = ctx.packed_constants;
       KILN_RETURN_IF_ERROR(winograd_.Choose(query));
       make(dnnl::convolution_forward(), winograd_.active() ? winograd_.desc() : direct);
-      if (!creating_ && !winograd_.active()) {
+      if (!creating_ && !winograd_.active() && !winograd_.own()) {
         PrepareGuardedActivation(ctx, direct, attr, chosen_x, chosen_w, chosen_y, scratch);
       }
     } else {
@@ -459,7 +463,8 @@ class ConvKernel : public DnnlKernel {
     ctx.output_dtypes[0] = DType::kFloat32;
     ctx.output_shapes[0] = out_shape;
     // (Not in place under Winograd: its fallback reads the residual again.)
-    if (residual_index_ >= 0 && !reorder_y_ && !residual_to_dst_reorder_ && !winograd_.active()) {
+    if (residual_index_ >= 0 && !reorder_y_ && !residual_to_dst_reorder_ && !winograd_.active() &&
+        !winograd_.own()) {
       ctx.output_in_place_of[0] = residual_index_;
     }
     return absl::OkStatus();
@@ -578,11 +583,19 @@ class ConvKernel : public DnnlKernel {
                              ctx.outputs[0].data<float>(), ctx);
       return absl::OkStatus();
     }
-    ScopedDnnlThreads threads(ctx.intra_op_threads);
-    auto& stream = ThreadStream();
     char* scratch = static_cast<char*>(ctx.scratch);
     const Tensor& x = ctx.inputs[0];
     Tensor& y = ctx.outputs[0];
+    // Kiln's Winograd, with every post-op; the direct primitive below only when it met a NaN
+    // or infinity.
+    if (winograd_.own() &&
+        winograd_.RunOwn(x.data<float>(), has_bias_ ? ctx.inputs[2].data<float>() : nullptr,
+                         residual_index_ >= 0 ? ctx.inputs[residual_index_].data<float>() : nullptr,
+                         y.data<float>(), scratch, ctx.intra_op_threads)) {
+      return absl::OkStatus();
+    }
+    ScopedDnnlThreads threads(ctx.intra_op_threads);
+    auto& stream = ThreadStream();
     std::unique_ptr<RunState> owned;
     const RunState& s = RunStateFor(ctx, owned, [&] { return MakeRunState(); });
 

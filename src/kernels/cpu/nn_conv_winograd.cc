@@ -153,6 +153,22 @@ double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
   return Seconds() - start;
 }
 
+// Kiln's F(4,3) and then every post-op, in chunks on `threads` threads; false when the
+// convolution gave a non-finite value (the post-ops are then not applied).
+bool RunOwnOn(const WinogradF43& run, const WinogradF43Weights& weights,
+              const std::vector<ir::PostOp>& post_ops, const float* x, const float* bias,
+              const float* residual, float* y, char* scratch, int threads) {
+  if (!run.Run(weights, x, bias, y, scratch)) return false;
+  if (!post_ops.empty()) {
+    OpenMpParallelFor(
+        run.output_floats(), int64_t{1} << 16, threads, [&](int64_t begin, int64_t end) {
+          ApplyPostOpsInOrder(post_ops, residual != nullptr ? residual + begin : nullptr, y + begin,
+                              end - begin);
+        });
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<WinogradMode> ReadWinogradMode() {
@@ -186,6 +202,8 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
   active_ = false;
   fallback_ = dnnl::primitive();
   winograd_desc_.reset();
+  own_weights_.reset();
+  own_.reset();
   why_ = "direct";
   KILN_ASSIGN_OR_RETURN(const WinogradMode mode, ReadWinogradMode());
   if (q.creating) return absl::OkStatus();
@@ -193,12 +211,11 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     why_ = "direct (KILN_CONV_WINOGRAD=0)";
     return absl::OkStatus();
   }
-  // oneDNN's Winograd: 2-D, 3x3, stride 1, no dilation, no groups. Channels in whole blocks of
-  // 16, so that the output's bytes (scanned for NaN) hold no padding in any layout.
+  // Winograd: 2-D, 3x3, stride 1, no dilation, no groups.
   const bool geometry = q.kernel.size() == 2 && q.kernel[0] == 3 && q.kernel[1] == 3 &&
                         q.strides == std::vector<int64_t>{1, 1} &&
-                        q.dilations == std::vector<int64_t>{1, 1} && q.group == 1 &&
-                        q.c % 16 == 0 && q.m % 16 == 0 && q.c > 0 && q.m > 0;
+                        q.dilations == std::vector<int64_t>{1, 1} && q.group == 1 && q.c > 0 &&
+                        q.m > 0;
   if (!geometry) return absl::OkStatus();
   // Transformed weights are packed once; weights known only per run, or with a NaN or infinity
   // (which the weight transform would spread over the whole 3x3 kernel), stay direct.
@@ -208,6 +225,9 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
     why_ = "direct (weights not finite)";
     return absl::OkStatus();
   }
+  // oneDNN's needs channels in whole blocks of 16, so that the output's bytes (scanned for
+  // NaN) hold no padding in any layout.
+  if (q.c % 16 != 0 || q.m % 16 != 0) return ChooseOwn(q, mode);
   // The post-ops inside the primitive must keep a non-finite value non-finite, or the scan
   // could miss one (nn_conv_winograd.h): the sum and LeakyRelu with a positive slope do.
   const size_t inside = q.post_ops->size() - q.epilogue->size();
@@ -232,8 +252,7 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
                      q.pads_end);
     winograd_pd.emplace(*winograd, *q.attr, engine);
   } catch (const dnnl::error&) {
-    why_ = "direct (oneDNN has no Winograd here)";
-    return absl::OkStatus();
+    return ChooseOwn(q, mode);
   }
   // The transformed weights are packed once per layout and node, and shared by every plan that
   // uses that layout: a layout an earlier plan of the model packed is used when oneDNN takes it
@@ -393,10 +412,149 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
   return absl::OkStatus();
 }
 
+absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) {
+  why_ = "direct (oneDNN has no Winograd here)";
+  // Kiln's F(4,3) reads and writes nChw8c, the residual in Y's layout.
+  if (q.x_layout != ir::MemoryLayout::kNchw8c || q.y_layout != ir::MemoryLayout::kNchw8c ||
+      (q.has_residual && q.r_layout != ir::MemoryLayout::kNchw8c)) {
+    return absl::OkStatus();
+  }
+  const memory::dims x_dims = q.user_x.dims(), y_dims = q.user_y.dims();
+  WinogradF43Shape shape;
+  shape.n = x_dims[0];
+  shape.c = q.c;
+  shape.k = q.m;
+  shape.h = x_dims[2];
+  shape.w = x_dims[3];
+  shape.out_h = y_dims[2];
+  shape.out_w = y_dims[3];
+  shape.pad_top = q.pads_begin[0];
+  shape.pad_left = q.pads_begin[1];
+  if (!WinogradF43::Supports(shape)) return absl::OkStatus();
+  const int64_t macs = y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9;
+  if (mode != WinogradMode::kOn) {
+    if (macs < kMinWinogradMacs) {
+      why_ = "direct (too small to gain)";
+      return absl::OkStatus();
+    }
+    if (OpDeterminismEnabled()) {
+      why_ = "direct (op determinism: not timed)";
+      return absl::OkStatus();
+    }
+  }
+  constexpr const char* kImpl = "kiln_wino_4x3:avx2";
+  // The node's transformed weights: made once per model, kept only when a plan takes them.
+  const std::string weights_key = "conv-winograd-f43-weights";
+  std::shared_ptr<const WinogradF43Weights> weights =
+      q.cache != nullptr ? q.cache->Find<WinogradF43Weights>(q.node, weights_key) : nullptr;
+  if (weights == nullptr) {
+    KILN_ASSIGN_OR_RETURN(weights,
+                          WinogradF43Weights::Make(q.w->constant->data<float>(), q.m, q.c));
+  }
+  const WinogradF43 run(shape, q.threads);
+  bool take = mode == WinogradMode::kOn;
+  if (!take) {
+    auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const TimedChoice>, size_t>> {
+      auto choice = std::make_shared<TimedChoice>();
+      auto& engine = CpuEngine();
+      const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
+      const size_t bytes = q.user_x.get_size() + 2 * q.user_y.get_size() +
+                           (q.has_residual ? q.user_r.get_size() : 0) +
+                           CandidateBytes(direct_pd, q.user_x, q.user_y) + run.scratch_bytes();
+      if (bytes > kMaxTimedBytes) {
+        choice->why = "direct (too large to time)";
+        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+      }
+      ScopedDnnlThreads threads(q.threads);
+      auto& stream = ThreadStream();
+      const memory user_x = ZeroMemory(q.user_x, engine);
+      const memory user_y = ZeroMemory(q.user_y, engine);
+      const memory user_r = q.has_residual ? ZeroMemory(q.user_r, engine) : memory();
+      TimedConv direct_run =
+          MakeTimed(direct_pd, user_x, user_y, q.bias, q.has_residual ? &user_r : nullptr);
+      // Kiln's run, as Compute makes it: the transform, products and post-ops.
+      const memory scratch = ZeroMemory(
+          memory::desc({static_cast<memory::dim>(run.scratch_bytes() / sizeof(float) + 16)},
+                       memory::data_type::f32, memory::format_tag::a),
+          engine);
+      const memory bias = q.bias ? ZeroMemory(q.bias, engine) : memory();
+      char* scratch_bytes = static_cast<char*>(scratch.get_data_handle());
+      scratch_bytes += (64 - reinterpret_cast<uintptr_t>(scratch_bytes) % 64) % 64;
+      auto own_once = [&] {
+        const double start = Seconds();
+        const float* r =
+            q.has_residual ? static_cast<const float*>(user_r.get_data_handle()) : nullptr;
+        RunOwnOn(run, *weights, *q.post_ops, static_cast<const float*>(user_x.get_data_handle()),
+                 q.bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr, r,
+                 static_cast<float*>(user_y.get_data_handle()), scratch_bytes, q.threads);
+        return Seconds() - start;
+      };
+      RunOnce(direct_run, false, q.threads, stream);
+      own_once();
+      double direct_s = 1e30, own_s = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
+        own_s = std::min(own_s, own_once());
+      }
+      choice->winograd = direct_s > own_s * kMinWinogradGain;
+      choice->why = absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
+                                    choice->winograd ? "winograd" : "direct",
+                                    direct_pd.impl_info_str(), direct_s * 1e3, kImpl, own_s * 1e3);
+      std::fprintf(stderr, "kiln: fp32 Conv 3x3 %s -> %lld channels on %d threads: %s\n",
+                   absl::StrJoin(x_dims, "x").c_str(), static_cast<long long>(q.m), q.threads,
+                   choice->why.c_str());
+      return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+    };
+    std::shared_ptr<const TimedChoice> choice;
+    if (q.cache == nullptr) {
+      KILN_ASSIGN_OR_RETURN(auto made, decide());
+      choice = made.first;
+    } else {
+      std::string key =
+          absl::StrCat("conv-winograd-f43:", q.threads, ":", q.has_residual, ":", DescKey(q.user_x),
+                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":", q.bias ? 1 : 0);
+      for (const ir::PostOp& p : *q.post_ops) absl::StrAppend(&key, ":", p.kind, p.alpha, p.beta);
+      absl::StrAppend(&key, ":pads", absl::StrJoin(q.pads_begin, ","), ";",
+                      absl::StrJoin(q.pads_end, ","));
+      KILN_ASSIGN_OR_RETURN(choice, q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide));
+    }
+    take = choice->winograd;
+    why_ = choice->why;
+  } else {
+    why_ = absl::StrCat("winograd ", kImpl, " (KILN_CONV_WINOGRAD=1)");
+  }
+  if (!take) return absl::OkStatus();
+  if (q.cache != nullptr) {
+    // Counted once per model, in its packed bytes (another plan may have stored them first).
+    KILN_ASSIGN_OR_RETURN(
+        weights,
+        q.cache->GetOrCreate<WinogradF43Weights>(
+            q.node, weights_key,
+            [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const WinogradF43Weights>, size_t>> {
+              return std::make_pair(weights, weights->bytes());
+            }));
+  }
+  own_weights_ = std::move(weights);
+  own_.emplace(run);
+  own_post_ops_ = *q.post_ops;
+  return absl::OkStatus();
+}
+
 void ConvWinograd::ReserveScratch(size_t* offset) {
+  if (own()) {
+    own_offset_ = *offset;
+    *offset += Align64(own_->scratch_bytes());
+    return;
+  }
   if (!active_) return;
   fallback_offset_ = *offset;
   *offset += Align64(fallback_scratch_.get_size());
+}
+
+bool ConvWinograd::RunOwn(const float* x, const float* bias, const float* residual, float* y,
+                          char* scratch, int threads) const {
+  return RunOwnOn(*own_, *own_weights_, own_post_ops_, x, bias, residual, y, scratch + own_offset_,
+                  threads);
 }
 
 bool ConvWinograd::RecomputeIfNotFinite(const void* x, const void* w, const void* bias,

@@ -1,6 +1,7 @@
 // Winograd convolution for 3x3 stride-1 fp32 Conv, on oneDNN's Winograd implementations
-// (jit_fp32_wino_2x3 / jit_wino_4x3 on avx512_core; oneDNN 2.6 has none for AVX2, so under
-// KILN_MAX_ISA=avx2 or on an AVX2 machine every convolution stays direct).
+// (jit_fp32_wino_2x3 / jit_wino_4x3 on avx512_core) and, where oneDNN has none (oneDNN 2.6 has
+// none for AVX2), on Kiln's own F(4,3) for activations in nChw8c, the layout AVX2 plans keep
+// (conv_winograd_avx2.h).
 //
 // Winograd F(2,3)/F(4,3) computes the same convolution with 2.25-4x fewer multiplies, through
 // input/output tile transforms whose rounding differs from the direct sum: an fp32-accuracy-
@@ -15,6 +16,10 @@
 // directly (on the plan's layouts and the weights' plain bytes), so such inputs give exactly
 // the direct convolution's result. Winograd is used only with post-ops inside oneDNN that keep
 // a NaN or infinity non-finite (none, ReLU, the residual sum), so the scan cannot miss one.
+//
+// Kiln's own F(4,3) runs before the direct primitive, which it leaves unused unless an output
+// is not finite: then the direct primitive computes the whole output. It applies every
+// post-op itself, after its non-finite check.
 //
 // Per convolution, at plan compile, both algorithms are timed on scratch data for the plan's
 // shapes and layouts (reorders into Winograd's blocked layout included) and Winograd is taken
@@ -34,7 +39,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "conv_winograd_avx2.h"
 #include "kiln/ir/fused_post_ops.h"
+#include "kiln/ir/graph.h"
 #include "kiln/kernels/kernel.h"
 #include "kiln/kernels/packed_constants.h"
 
@@ -64,6 +71,8 @@ struct WinogradQuery {
   const dnnl::primitive_attr* attr = nullptr;
   // The plan's layouts of X, Y and the residual, and the weights' plain layout.
   dnnl::memory::desc user_x, user_y, user_r, user_w, bias;
+  ir::MemoryLayout x_layout = ir::MemoryLayout::kPlain, y_layout = ir::MemoryLayout::kPlain,
+                   r_layout = ir::MemoryLayout::kPlain;
   dnnl::memory::dims strides_dnnl, dilations_dnnl, pads_begin, pads_end;
   int threads = 1;
   // The model's store (ReshapeContext::packed_constants), where the timed decision is kept per
@@ -79,13 +88,22 @@ class ConvWinograd {
   // when the geometry, weights or post-ops do not allow Winograd, oneDNN has no Winograd
   // implementation, or direct is as fast.
   absl::Status Choose(const WinogradQuery& q);
+  // oneDNN's Winograd primitive replaces the direct one.
   bool active() const { return active_; }
+  // Kiln's own F(4,3) runs first (RunOwn); the direct primitive stays for non-finite outputs.
+  bool own() const { return own_weights_ != nullptr; }
   // The descriptor to build the primitive from (only when active).
   const dnnl::convolution_forward::desc& desc() const { return *winograd_desc_; }
   // Why this algorithm (for logs and tests).
   const std::string& why() const { return why_; }
-  // Reserves the fallback's oneDNN scratchpad at *offset (advancing it); nothing when inactive.
+  // Reserves the fallback's oneDNN scratchpad, or Kiln's Winograd's blocks, at *offset
+  // (advancing it); nothing when direct.
   void ReserveScratch(size_t* offset);
+  // Kiln's own F(4,3): Y = conv(X) + bias, then the node's post-ops (`residual` for the sum;
+  // read, not overwritten). Returns false, having written garbage to Y, when the convolution
+  // gave a NaN or infinity: the caller then runs the direct primitive.
+  bool RunOwn(const float* x, const float* bias, const float* residual, float* y, char* scratch,
+              int threads) const;
   // After the Winograd primitive wrote `y` (the plan's layout, before the epilogue): if any
   // output is NaN or infinite, recomputes it with the direct convolution from `x` (the plan's
   // layout), the weights' plain bytes `w`, `bias` (or null) and `residual` (or null; copied
@@ -100,6 +118,12 @@ class ConvWinograd {
   dnnl::memory::desc user_x_, user_y_, user_w_, bias_, fallback_scratch_;
   dnnl::primitive fallback_;
   size_t fallback_offset_ = 0;
+
+  absl::Status ChooseOwn(const WinogradQuery& q, WinogradMode mode);
+  std::shared_ptr<const WinogradF43Weights> own_weights_;  // shared by the model's plans
+  std::optional<WinogradF43> own_;
+  std::vector<ir::PostOp> own_post_ops_;
+  size_t own_offset_ = 0;
 };
 
 }  // namespace kiln::kernels::nn
