@@ -21,8 +21,12 @@ constexpr int64_t kKc = 256;
 constexpr int64_t kMc = 96;
 // A block of rows over the whole K that stays in L2 beside the panel (half of 1 MB).
 constexpr int64_t kMaxARowsBytes = 512 << 10;
-// Panel rows (64 bytes each) between a prefetch and its use: ~1 KB, a few hundred cycles.
-constexpr int64_t kPrefetchK = 16;
+// Panel rows (64 bytes each) between a prefetch and its use: 16 KB, the next K pass's slice
+// of the panel (or the next panel), requested while this slice is multiplied. Weights larger
+// than the cache come from memory, and 1 KB ahead (16 rows, until 167eb5c) left the first row
+// block of each pass waiting on it: kernels_gemm_packed_bench, 32x4096x4096, 208-213 -> 250-263
+// GFLOP/s (2048^3: 270-275); 64 and 128 rows gave 237-248, 512 245-257.
+constexpr int64_t kPrefetchK = 256;
 constexpr int kMr = 6;  // rows per register block: 12 accumulators + 2 panel rows + 1 broadcast
 
 // Lane masks selecting the first `nr` of 16 columns (the last panel's real columns).
@@ -77,7 +81,7 @@ void Block(int64_t kc, const float* a, int64_t ld, const float* panel, float* c,
 #pragma GCC unroll 2
   for (int64_t p = 0; p < kc; ++p) {
     // The panel comes from memory once per call (large weights do not stay in cache between
-    // calls): fetch a few cache lines ahead of the hardware prefetcher, which stops at pages.
+    // calls): fetch ahead of the hardware prefetcher, which stops at pages.
     _mm_prefetch(reinterpret_cast<const char*>(panel + (p + kPrefetchK) * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(panel + p * kNr);
     const __m256 b1 = _mm256_load_ps(panel + p * kNr + 8);
