@@ -26,6 +26,7 @@
 #include "kiln/ir/op_traits.h"
 #include "kiln/opt/pass.h"
 #include "opt/graph_view.h"
+#include "opt/winograd_share.h"
 
 namespace kiln::opt {
 namespace {
@@ -77,49 +78,12 @@ bool HasSubgraphs(const Graph& g) {
   return false;
 }
 
-// Whether the graph's Winograd-shaped convolutions (3x3, stride 1, no dilation or groups,
-// channels in blocks of 16, as ConvWinograd takes them) carry at least three quarters of its
-// convolutions' multiply-adds; false where an output's spatial size is unknown. Measured on the
-// AVX-512 EPYC (docs/performance/runtime.md): ResNet-18 (82%) runs 2-5% faster kept in
-// nChw16c, without its 35 reorders; GoogLeNet (61%) 11% slower, its 1x1 and 5x5 convolutions
-// losing more in nChw16c than the 3x3 ones gain.
-bool WinogradCarriesMostWork(const Graph& g, std::string* why) {
-  double winograd = 0, total = 0;
-  for (NodeId id = 0; id < g.num_nodes(); ++id) {
-    const Node& n = g.node(id);
-    if (n.removed || !IsConv2D(g, n)) continue;
-    const Tensor& w = *g.value(n.inputs[1]).constant;
-    const ir::TensorType& y = g.value(n.outputs[0]).type;
-    if (!y.rank_known || y.rank() != 4 || !y.dims[2].is_known() || !y.dims[3].is_known()) {
-      return false;
-    }
-    const double macs = static_cast<double>(w.num_elements()) *
-                        static_cast<double>(y.dims[2].value) * static_cast<double>(y.dims[3].value);
-    total += macs;
-    auto all_ones = [&](const char* attr) {
-      for (int64_t v : n.GetInts(attr)) {
-        if (v != 1) return false;
-      }
-      return true;
-    };
-    if (!ir::IsFusedConvDepthwise(n) && w.dim(2) == 3 && w.dim(3) == 3 &&
-        n.GetInt("group", 1) == 1 && w.dim(0) % 16 == 0 && w.dim(1) % 16 == 0 &&
-        all_ones("strides") && all_ones("dilations") &&
-        n.GetString("auto_pad", "NOTSET") == "NOTSET") {
-      winograd += macs;
-    }
-  }
-  if (total <= 0 || 4 * winograd < 3 * total) return false;
-  *why = absl::StrCat(static_cast<int>(100 * winograd / total), "%");
-  return true;
-}
-
 absl::Status ConvActivationLayout(Graph& g, PassContext& ctx) {
   ir::MemoryLayout target = ctx.options().conv_activation_layout;
   const ir::MemoryLayout winograd_layout = ctx.options().winograd_conv_layout;
   std::string winograd_share;
   if (target != ir::MemoryLayout::kPlain && winograd_layout != ir::MemoryLayout::kPlain &&
-      winograd_layout != target && WinogradCarriesMostWork(g, &winograd_share)) {
+      winograd_layout != target && WinogradCarriesMostWork(g, 16, &winograd_share)) {
     // Winograd reads and writes its own blocked layout; kept across the chains, the direct
     // convolutions between run in it too (nn_conv.cc) and nothing reorders.
     target = winograd_layout;

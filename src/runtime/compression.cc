@@ -16,6 +16,7 @@
 #include "kiln/exec/plan_cache.h"
 #include "kiln/ir/compressed_matmul.h"
 #include "kiln/kernels/compressed_matmul.h"
+#include "kiln/kernels/conv_layout.h"
 #include "kiln/runtime/calibration.h"
 #include "layer_suffix.h"
 
@@ -297,6 +298,7 @@ absl::StatusOr<CompressedSignature> CompressSignature(
   options.prune_zero_channels = settings.int8;
   options.bf16 = settings.bf16;
   options.vnni = kernels::CpuHasInt8Vnni();
+  options.fp32_winograd = kernels::ConvWinogradEnabled();
   CompressedSignature result;
   std::string& report = result.report;
   absl::StrAppend(&report, "  compression: ");

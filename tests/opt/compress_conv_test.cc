@@ -220,6 +220,22 @@ TEST_F(CompressConvTest, WithoutVnniWeightsHaveSevenBits) {
   EXPECT_EQ(int8_constants, 4);
 }
 
+// Without VNNI, where fp32 3x3 convolutions run as Winograd and carry most of the work (the
+// small CNN: 3 of its 4 convolutions, 98% of the multiply-adds), every conv stays fp32.
+TEST_F(CompressConvTest, WithoutVnniAWinogradHeavyGraphStaysFp32) {
+  compression_.vnni = false;
+  compression_.fp32_winograd = true;
+  EXPECT_EQ(RelativeError(source_), 0.0);
+  EXPECT_EQ(Count(*int8_.graph, ir::kInt8ConvOp), 0) << int8_.graph->ToString();
+  EXPECT_NE(int8_.log.ToString(50).find("Conv layers kept fp32: without VNNI, fp32 Winograd"),
+            std::string::npos)
+      << int8_.log.ToString(50);
+  // With VNNI int8 wins: every conv is int8.
+  compression_.vnni = true;
+  RelativeError(source_);
+  EXPECT_EQ(Count(*int8_.graph, ir::kInt8ConvOp), 4);
+}
+
 TEST_F(CompressConvTest, NothingChangesWithoutRangesOrWhenDisabled) {
   CompressionOptions none;
   auto a = OptimizeWith(source_, &none);

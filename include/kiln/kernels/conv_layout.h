@@ -18,4 +18,8 @@ ir::MemoryLayout PreferredConvActivationLayout();
 // no Winograd, KILN_CONV_WINOGRAD=0 turns it off, or KILN_CONV_LAYOUT forces a layout.
 ir::MemoryLayout WinogradConvActivationLayout();
 
+// Whether 3x3 stride-1 fp32 convolutions may run as Winograd (oneDNN's on AVX-512, Kiln's own
+// where oneDNN has none): false only with KILN_CONV_WINOGRAD=0/off (or an invalid value).
+bool ConvWinogradEnabled();
+
 }  // namespace kiln::kernels

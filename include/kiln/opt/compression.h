@@ -39,6 +39,11 @@ struct CompressionOptions {
   // The CPU has VNNI (avx512_vnni or avx_vnni): u8s8 products cannot saturate. Without it the
   // int8 passes use 7-bit weights (as ONNX Runtime does) and the log says so.
   bool vnni = false;
+  // 3x3 stride-1 convolutions run as Winograd in fp32 (KILN_CONV_WINOGRAD not off). Without
+  // VNNI that beats int8's direct convolution (a quarter of the multiplies against int8's
+  // twice the multiply rate): the static int8 pass leaves the convolutions of a graph where
+  // they carry most of the work fp32 there, and says so.
+  bool fp32_winograd = false;
   // Calibrated ranges by value name; empty without calibration data (then only dynamic
   // quantization and bf16 apply).
   absl::flat_hash_map<std::string, ActivationRange> activation_ranges;

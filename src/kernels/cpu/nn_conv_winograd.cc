@@ -593,6 +593,11 @@ bool ConvWinograd::RecomputeIfNotFinite(const void* x, const void* w, const void
 
 namespace kiln::kernels {
 
+bool ConvWinogradEnabled() {
+  const absl::StatusOr<nn::WinogradMode> mode = nn::ReadWinogradMode();
+  return mode.ok() && *mode != nn::WinogradMode::kOff;
+}
+
 // oneDNN's Winograd reads and writes blocked memory only (nChw16c on avx512_core), whatever
 // the plan's layout; asked once for a ResNet-like 64-channel 56x56 convolution.
 ir::MemoryLayout WinogradConvActivationLayout() {
