@@ -443,14 +443,28 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
     }
   }
   constexpr const char* kImpl = "kiln_wino_4x3:avx2";
-  // The node's transformed weights: made once per model, kept only when a plan takes them.
+  // The transformed weights are 4x the plain ones (36 of 9 values per channel pair): above
+  // the timing's bound, stay direct rather than allocate them.
+  if (static_cast<double>(WinogradF43Weights::kPoints) * q.c * q.m * sizeof(float) >
+      static_cast<double>(kMaxTimedBytes)) {
+    why_ = "direct (Winograd weights too large)";
+    return absl::OkStatus();
+  }
+  // The node's transformed weights: made once per model when a plan first needs them (to
+  // time or to run), kept in the model's store only when a plan takes them. Without the memory
+  // for them the convolution stays direct.
   const std::string weights_key = "conv-winograd-f43-weights";
   std::shared_ptr<const WinogradF43Weights> weights =
       q.cache != nullptr ? q.cache->Find<WinogradF43Weights>(q.node, weights_key) : nullptr;
-  if (weights == nullptr) {
-    KILN_ASSIGN_OR_RETURN(weights,
-                          WinogradF43Weights::Make(q.w->constant->data<float>(), q.m, q.c));
-  }
+  auto have_weights = [&]() -> absl::StatusOr<bool> {
+    if (weights != nullptr) return true;
+    absl::StatusOr<std::shared_ptr<const WinogradF43Weights>> made =
+        WinogradF43Weights::Make(q.w->constant->data<float>(), q.m, q.c);
+    if (absl::IsResourceExhausted(made.status())) return false;
+    if (!made.ok()) return made.status();
+    weights = *std::move(made);
+    return true;
+  };
   const WinogradF43 run(shape, q.threads);
   bool take = mode == WinogradMode::kOn;
   if (!take) {
@@ -463,6 +477,11 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
                            CandidateBytes(direct_pd, q.user_x, q.user_y) + run.scratch_bytes();
       if (bytes > kMaxTimedBytes) {
         choice->why = "direct (too large to time)";
+        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+      }
+      KILN_ASSIGN_OR_RETURN(const bool made, have_weights());
+      if (!made) {
+        choice->why = "direct (no memory for Winograd weights)";
         return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
       }
       ScopedDnnlThreads threads(q.threads);
@@ -524,6 +543,11 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
     why_ = absl::StrCat("winograd ", kImpl, " (KILN_CONV_WINOGRAD=1)");
   }
   if (!take) return absl::OkStatus();
+  KILN_ASSIGN_OR_RETURN(const bool made, have_weights());
+  if (!made) {
+    why_ = "direct (no memory for Winograd weights)";
+    return absl::OkStatus();
+  }
   if (q.cache != nullptr) {
     // Counted once per model, in its packed bytes (another plan may have stored them first).
     KILN_ASSIGN_OR_RETURN(
