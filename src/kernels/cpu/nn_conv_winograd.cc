@@ -130,6 +130,45 @@ struct TimedChoice {
   std::string why;
 };
 
+using ChoiceAndBytes = std::pair<std::shared_ptr<const TimedChoice>, size_t>;
+
+ChoiceAndBytes Chose(std::string why) {
+  auto choice = std::make_shared<TimedChoice>();
+  choice->why = std::move(why);
+  return {std::move(choice), 0};
+}
+
+// The decision from the best times of both, printed once per model and shape (the cache), as
+// the GEMM backend's line: what a model load and `kiln inspect` show.
+ChoiceAndBytes TimedDecision(double direct_s, const char* direct_impl, double winograd_s,
+                             const char* winograd_impl, const WinogradQuery& q) {
+  auto choice = std::make_shared<TimedChoice>();
+  choice->winograd = direct_s > winograd_s * kMinWinogradGain;
+  choice->why = absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
+                                choice->winograd ? "winograd" : "direct", direct_impl,
+                                direct_s * 1e3, winograd_impl, winograd_s * 1e3);
+  std::fprintf(stderr, "kiln: fp32 Conv 3x3 %s -> %lld channels on %d threads: %s\n",
+               absl::StrJoin(q.user_x.dims(), "x").c_str(), static_cast<long long>(q.m), q.threads,
+               choice->why.c_str());
+  return {std::move(choice), 0};
+}
+
+// `decide` once per `key` in the model's cache (kept per shape, layouts and post-ops, so
+// ResNet's repeated blocks are timed once), or on every call without a cache. The key ends
+// with what every algorithm shares: the threads, bias, residual, layouts, pads.
+absl::StatusOr<std::shared_ptr<const TimedChoice>> DecideOnce(
+    const WinogradQuery& q, std::string key,
+    absl::FunctionRef<absl::StatusOr<ChoiceAndBytes>()> decide) {
+  if (q.cache == nullptr) {
+    KILN_ASSIGN_OR_RETURN(ChoiceAndBytes made, decide());
+    return made.first;
+  }
+  absl::StrAppend(&key, ":", q.threads, ":", q.has_residual, ":", DescKey(q.user_x), ":",
+                  DescKey(q.user_y), ":", DescKey(q.user_w), ":", q.bias ? 1 : 0, ":pads",
+                  absl::StrJoin(q.pads_begin, ","), ";", absl::StrJoin(q.pads_end, ","));
+  return q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide);
+}
+
 double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
   const double start = Seconds();
   if (t.x_in) t.x_in->execute(stream, t.user_x, t.x);
@@ -322,17 +361,13 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
       why_ = "direct (op determinism: not timed)";
       return absl::OkStatus();
     }
-    auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const TimedChoice>, size_t>> {
-      auto choice = std::make_shared<TimedChoice>();
+    auto decide = [&]() -> absl::StatusOr<ChoiceAndBytes> {
       const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
       const size_t bytes = q.user_x.get_size() + q.user_y.get_size() +
                            (q.has_residual ? q.user_r.get_size() : 0) +
                            CandidateBytes(direct_pd, q.user_x, q.user_y) +
                            CandidateBytes(*winograd_pd, q.user_x, q.user_y);
-      if (bytes > kMaxTimedBytes) {
-        choice->why = "direct (too large to time)";
-        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
-      }
+      if (bytes > kMaxTimedBytes) return Chose("direct (too large to time)");
       ScopedDnnlThreads threads(q.threads);
       auto& stream = ThreadStream();
       const memory user_x = ZeroMemory(q.user_x, engine);
@@ -350,35 +385,15 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
         direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
         winograd_s = std::min(winograd_s, RunOnce(winograd_run, true, q.threads, stream));
       }
-      choice->winograd = direct_s > winograd_s * kMinWinogradGain;
-      choice->why =
-          absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
-                          choice->winograd ? "winograd" : "direct", direct_pd.impl_info_str(),
-                          direct_s * 1e3, winograd_pd->impl_info_str(), winograd_s * 1e3);
-      // Once per model and shape (the cache), as the GEMM backend's line: what a model load
-      // and `kiln inspect` show.
-      const memory::dims x_dims = q.user_x.dims();
-      std::fprintf(stderr, "kiln: fp32 Conv 3x3 %s -> %lld channels on %d threads: %s\n",
-                   absl::StrJoin(x_dims, "x").c_str(), static_cast<long long>(q.m), q.threads,
-                   choice->why.c_str());
-      return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+      return TimedDecision(direct_s, direct_pd.impl_info_str(), winograd_s,
+                           winograd_pd->impl_info_str(), q);
     };
-    std::shared_ptr<const TimedChoice> choice;
-    if (q.cache == nullptr) {
-      KILN_ASSIGN_OR_RETURN(auto made, decide());
-      choice = made.first;
-    } else {
-      std::string key =
-          absl::StrCat("conv-winograd:", q.threads, ":", q.has_residual, ":", DescKey(q.user_x),
-                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":",
-                       WinoKey(winograd_pd->weights_desc()), ":", q.bias ? 1 : 0);
-      for (size_t i = 0; i < inside; ++i) {
-        absl::StrAppend(&key, ":", (*q.post_ops)[i].kind, (*q.post_ops)[i].alpha);
-      }
-      absl::StrAppend(&key, ":pads", absl::StrJoin(q.pads_begin, ","), ";",
-                      absl::StrJoin(q.pads_end, ","));
-      KILN_ASSIGN_OR_RETURN(choice, q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide));
+    std::string key = absl::StrCat("conv-winograd:", WinoKey(winograd_pd->weights_desc()));
+    for (size_t i = 0; i < inside; ++i) {
+      absl::StrAppend(&key, ":", (*q.post_ops)[i].kind, (*q.post_ops)[i].alpha);
     }
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const TimedChoice> choice,
+                          DecideOnce(q, std::move(key), decide));
     take = choice->winograd;
     why_ = choice->why;
   } else {
@@ -468,22 +483,15 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
   const WinogradF43 run(shape, q.threads);
   bool take = mode == WinogradMode::kOn;
   if (!take) {
-    auto decide = [&]() -> absl::StatusOr<std::pair<std::shared_ptr<const TimedChoice>, size_t>> {
-      auto choice = std::make_shared<TimedChoice>();
+    auto decide = [&]() -> absl::StatusOr<ChoiceAndBytes> {
       auto& engine = CpuEngine();
       const dnnl::convolution_forward::primitive_desc direct_pd(*q.direct, *q.attr, engine);
       const size_t bytes = q.user_x.get_size() + 2 * q.user_y.get_size() +
                            (q.has_residual ? q.user_r.get_size() : 0) +
                            CandidateBytes(direct_pd, q.user_x, q.user_y) + run.scratch_bytes();
-      if (bytes > kMaxTimedBytes) {
-        choice->why = "direct (too large to time)";
-        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
-      }
+      if (bytes > kMaxTimedBytes) return Chose("direct (too large to time)");
       KILN_ASSIGN_OR_RETURN(const bool made, have_weights());
-      if (!made) {
-        choice->why = "direct (no memory for Winograd weights)";
-        return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
-      }
+      if (!made) return Chose("direct (no memory for Winograd weights)");
       ScopedDnnlThreads threads(q.threads);
       auto& stream = ThreadStream();
       const memory user_x = ZeroMemory(q.user_x, engine);
@@ -515,28 +523,12 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
         direct_s = std::min(direct_s, RunOnce(direct_run, false, q.threads, stream));
         own_s = std::min(own_s, own_once());
       }
-      choice->winograd = direct_s > own_s * kMinWinogradGain;
-      choice->why = absl::StrFormat("%s (timed: direct %s %.3f ms, winograd %s %.3f ms)",
-                                    choice->winograd ? "winograd" : "direct",
-                                    direct_pd.impl_info_str(), direct_s * 1e3, kImpl, own_s * 1e3);
-      std::fprintf(stderr, "kiln: fp32 Conv 3x3 %s -> %lld channels on %d threads: %s\n",
-                   absl::StrJoin(x_dims, "x").c_str(), static_cast<long long>(q.m), q.threads,
-                   choice->why.c_str());
-      return std::make_pair(std::shared_ptr<const TimedChoice>(choice), size_t{0});
+      return TimedDecision(direct_s, direct_pd.impl_info_str(), own_s, kImpl, q);
     };
-    std::shared_ptr<const TimedChoice> choice;
-    if (q.cache == nullptr) {
-      KILN_ASSIGN_OR_RETURN(auto made, decide());
-      choice = made.first;
-    } else {
-      std::string key =
-          absl::StrCat("conv-winograd-f43:", q.threads, ":", q.has_residual, ":", DescKey(q.user_x),
-                       ":", DescKey(q.user_y), ":", DescKey(q.user_w), ":", q.bias ? 1 : 0);
-      for (const ir::PostOp& p : *q.post_ops) absl::StrAppend(&key, ":", p.kind, p.alpha, p.beta);
-      absl::StrAppend(&key, ":pads", absl::StrJoin(q.pads_begin, ","), ";",
-                      absl::StrJoin(q.pads_end, ","));
-      KILN_ASSIGN_OR_RETURN(choice, q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide));
-    }
+    std::string key = "conv-winograd-f43";
+    for (const ir::PostOp& p : *q.post_ops) absl::StrAppend(&key, ":", p.kind, p.alpha, p.beta);
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const TimedChoice> choice,
+                          DecideOnce(q, std::move(key), decide));
     take = choice->winograd;
     why_ = choice->why;
   } else {
