@@ -169,6 +169,17 @@ absl::StatusOr<std::shared_ptr<const TimedChoice>> DecideOnce(
   return q.cache->GetOrCreate<TimedChoice>(nullptr, key, decide);
 }
 
+// Why the automatic choice keeps `q` direct without timing it, or null.
+const char* UntimedDirect(const WinogradQuery& q) {
+  const memory::dims y_dims = q.user_y.dims();
+  if (y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9 < kMinWinogradMacs) {
+    return "direct (too small to gain)";
+  }
+  // Winograd rounds differently from direct, and timings can differ between two loads.
+  if (OpDeterminismEnabled()) return "direct (op determinism: not timed)";
+  return nullptr;
+}
+
 double RunOnce(TimedConv& t, bool scan, int threads, dnnl::stream& stream) {
   const double start = Seconds();
   if (t.x_in) t.x_in->execute(stream, t.user_x, t.x);
@@ -350,15 +361,8 @@ absl::Status ConvWinograd::Choose(const WinogradQuery& q) {
 
   bool take = mode == WinogradMode::kOn;
   if (!take) {
-    const memory::dims y_dims = q.user_y.dims();
-    const int64_t macs = y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9;
-    if (macs < kMinWinogradMacs) {
-      why_ = "direct (too small to gain)";
-      return absl::OkStatus();
-    }
-    if (OpDeterminismEnabled()) {
-      // Winograd rounds differently from direct, and timings can differ between two loads.
-      why_ = "direct (op determinism: not timed)";
+    if (const char* why = UntimedDirect(q)) {
+      why_ = why;
       return absl::OkStatus();
     }
     auto decide = [&]() -> absl::StatusOr<ChoiceAndBytes> {
@@ -446,14 +450,9 @@ absl::Status ConvWinograd::ChooseOwn(const WinogradQuery& q, WinogradMode mode) 
   shape.pad_top = q.pads_begin[0];
   shape.pad_left = q.pads_begin[1];
   if (!WinogradF43::Supports(shape)) return absl::OkStatus();
-  const int64_t macs = y_dims[0] * y_dims[2] * y_dims[3] * q.m * q.c * 9;
   if (mode != WinogradMode::kOn) {
-    if (macs < kMinWinogradMacs) {
-      why_ = "direct (too small to gain)";
-      return absl::OkStatus();
-    }
-    if (OpDeterminismEnabled()) {
-      why_ = "direct (op determinism: not timed)";
+    if (const char* why = UntimedDirect(q)) {
+      why_ = why;
       return absl::OkStatus();
     }
   }
