@@ -322,6 +322,42 @@ TEST(ConvWinograd, MatchesDirectOnRandomDataInEveryLayout) {
   EXPECT_EQ(differed, eligible) << "KILN_CONV_WINOGRAD=1 vs 0 gave bit-equal outputs";
 }
 
+// Kiln's own F(4,3) (nChw8c, channels in blocks of 8 but not 16, so on every CPU) on random
+// geometries: sizes from 1 to 19 (partial tiles, images smaller than a tile, padding larger
+// than the image's border), batches of 1-3, with and without bias, residual and Relu.
+TEST(ConvWinograd, KilnWinogradOnRandomGeometries) {
+  std::mt19937 rng(2026);
+  auto pick = [&](std::initializer_list<int64_t> values) {
+    return *(values.begin() + std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng));
+  };
+  int ran = 0, differed = 0;
+  for (int i = 0; i < 24; ++i) {
+    Case cc;
+    cc.layout = MemoryLayout::kNchw8c;
+    cc.n = pick({1, 2, 3});
+    cc.c = pick({8, 24, 40});
+    cc.m = pick({8, 24, 40});
+    cc.h = std::uniform_int_distribution<int64_t>(1, 19)(rng);
+    cc.w = std::uniform_int_distribution<int64_t>(1, 19)(rng);
+    cc.pad = pick({0, 1, 2});
+    if (cc.h + 2 * cc.pad < 3 || cc.w + 2 * cc.pad < 3) continue;
+    cc.bias = i % 3 != 0;
+    cc.residual = i % 4 == 1;
+    if (i % 2 == 0) cc.post_ops = {{"Relu", 0, 0}};
+    SCOPED_TRACE(::testing::Message()
+                 << "C " << cc.c << " K " << cc.m << " " << cc.h << "x" << cc.w << " pad " << cc.pad
+                 << " batch " << cc.n << " residual " << cc.residual);
+    const Outputs o = RunBoth(cc, 1000 + i);
+    ExpectClose(o.winograd, o.reference, "winograd");
+    ExpectClose(o.direct, o.reference, "direct");
+    ++ran;
+    differed += !BitEqual(o.winograd, o.direct);
+  }
+  EXPECT_GT(ran, 16);
+  // Forced, Kiln's Winograd ran (its rounding differs from the direct sum's).
+  EXPECT_GT(differed, ran / 2);
+}
+
 TEST(ConvWinograd, ResidualAndLeakyReluInsideThePrimitive) {
   Case cc;
   cc.n = 2;
