@@ -26,7 +26,16 @@ RUNTIMES="${RUNTIMES:-kiln ort torch}"
 KILN="${KILN:-$ROOT/build/tools/kiln/kiln}"  # a copy, when the build may change under the run
 MATMUL="${MATMUL:-$ROOT/build/bench/runtime/runtime_matmul_bench}"
 PY=/usr/bin/python3
-AS_AVX2="$ROOT/bench/peers/cpuid_cap/as_avx2_cpu.sh"
+# The AVX2 runtimes run as on an AVX2-only CPU where the kernel can make CPUID fault
+# (cpuid_cap/); elsewhere kiln_avx2 is Kiln's own --isa cap alone and ort_avx2 is skipped.
+if grep -qw cpuid_fault /proc/cpuinfo; then
+  AS_AVX2=("$ROOT/bench/peers/cpuid_cap/as_avx2_cpu.sh")
+else
+  AS_AVX2=()
+  case " $RUNTIMES " in
+    *" ort_avx2 "*) echo "no CPUID faulting on this machine: ort_avx2 is skipped" >&2 ;;
+  esac
+fi
 for f in "$KILN" "$MATMUL"; do
   [ -x "$f" ] || { echo "missing $f: build it with /tmp/kb kiln runtime_matmul_bench" >&2; exit 1; }
 done
@@ -60,12 +69,12 @@ for round in $(seq 1 "$ROUNDS"); do
       case "$runtime" in
         kiln) record kiln "$model" "$round" "$KILN" run "$onnx" --bench --random_inputs \
                 --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" ;;
-        kiln_avx2) record kiln_avx2 "$model" "$round" "$AS_AVX2" "$KILN" run "$onnx" --bench \
+        kiln_avx2) record kiln_avx2 "$model" "$round" "${AS_AVX2[@]}" "$KILN" run "$onnx" --bench \
                 --random_inputs --batch 1,32 --threads "$THREADS" --json --seconds "$SECONDS_PER" \
                 --isa avx2 ;;
         ort) record ort "$model" "$round" node "$ROOT/bench/peers/ort_bench.js" "$onnx" \
                --batch 1,32 --threads "$THREADS" --seconds "$SECONDS_PER" ;;
-        ort_avx2) record ort_avx2 "$model" "$round" "$AS_AVX2" node \
+        ort_avx2) [ ${#AS_AVX2[@]} -gt 0 ] && record ort_avx2 "$model" "$round" "${AS_AVX2[@]}" node \
                "$ROOT/bench/peers/ort_bench.js" "$onnx" --batch 1,32 --threads "$THREADS" \
                --seconds "$SECONDS_PER" ;;
         torch) record torch "$model" "$round" $PY "$ROOT/bench/peers/torch_bench.py" "$onnx" \
