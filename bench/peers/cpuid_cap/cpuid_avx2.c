@@ -19,8 +19,8 @@
 // GLIBC_TUNABLES.
 #define _GNU_SOURCE
 #include <asm/prctl.h>
-#include <link.h>
 #include <cpuid.h>
+#include <link.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,11 +33,12 @@
 // Leaf 7 sub-leaf 0: EBX avx512f(16) dq(17) ifma(21) pf(26) er(27) cd(28) bw(30) vl(31);
 // ECX vbmi(1) vbmi2(6) vnni(11) bitalg(12) vpopcntdq(14); EDX 4vnniw(2) 4fmaps(3)
 // vp2intersect(8) amx_bf16(22) avx512_fp16(23) amx_tile(24) amx_int8(25).
-#define LEAF7_EBX_AVX512 ((1u << 16) | (1u << 17) | (1u << 21) | (1u << 26) | (1u << 27) | \
-                          (1u << 28) | (1u << 30) | (1u << 31))
+#define LEAF7_EBX_AVX512                                                                      \
+  ((1u << 16) | (1u << 17) | (1u << 21) | (1u << 26) | (1u << 27) | (1u << 28) | (1u << 30) | \
+   (1u << 31))
 #define LEAF7_ECX_AVX512 ((1u << 1) | (1u << 6) | (1u << 11) | (1u << 12) | (1u << 14))
-#define LEAF7_EDX_AVX512 ((1u << 2) | (1u << 3) | (1u << 8) | (1u << 22) | (1u << 23) | \
-                          (1u << 24) | (1u << 25))
+#define LEAF7_EDX_AVX512 \
+  ((1u << 2) | (1u << 3) | (1u << 8) | (1u << 22) | (1u << 23) | (1u << 24) | (1u << 25))
 // Leaf 7 sub-leaf 1: EAX avx_vnni(4) avx512_bf16(5) avx_ifma(23); EDX avx_vnni_int8(4)
 // avx_ne_convert(5).
 #define LEAF7_1_EAX_HIDDEN ((1u << 4) | (1u << 5) | (1u << 23))
@@ -110,8 +111,10 @@ static void cap_cpuid_to_avx2(void) {
   if (sigaction(SIGSEGV, &sa, &program_segv) != 0 ||
       syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
     // Without CPUID faulting the cap cannot hold: stop rather than measure the wrong path.
-    fputs("cpuid_avx2: this kernel or CPU has no CPUID faulting (cpuid_fault in "
-          "/proc/cpuinfo); cannot hide AVX-512\n", stderr);
+    fputs(
+        "cpuid_avx2: this kernel or CPU has no CPUID faulting (cpuid_fault in "
+        "/proc/cpuinfo); cannot hide AVX-512\n",
+        stderr);
     _exit(3);
   }
 }
@@ -130,8 +133,8 @@ unsigned la_objopen(struct link_map* map, Lmid_t lmid, uintptr_t* cookie) {
 }
 
 // The program's sigaction and signal become program_sigaction and program_signal.
-uintptr_t la_symbind64(Elf64_Sym* sym, unsigned index, uintptr_t* ref_cookie,
-                       uintptr_t* def_cookie, unsigned* flags, const char* name) {
+uintptr_t la_symbind64(Elf64_Sym* sym, unsigned index, uintptr_t* ref_cookie, uintptr_t* def_cookie,
+                       unsigned* flags, const char* name) {
   (void)index, (void)ref_cookie, (void)def_cookie, (void)flags;
   if (strcmp(name, "sigaction") == 0 || strcmp(name, "__sigaction") == 0) {
     return (uintptr_t)&program_sigaction;
