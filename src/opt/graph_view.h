@@ -1,6 +1,7 @@
-// What the rewrite passes (fusion.cc, simplify.cc, batchnorm_folding.cc, layout.cc) ask of a
-// graph while they match patterns: producers, private (singly-read) values, constants and
-// scalar constants, and the float-comparison rules their patterns use. Internal to src/opt/.
+// What the rewrite passes (fusion.cc, simplify.cc, batchnorm_folding.cc, layout.cc,
+// winograd_share.cc) ask of a graph while they match patterns: producers, private (singly-read)
+// values, constants and scalar constants, 2-D convolutions, and the float-comparison rules their
+// patterns use. Internal to src/opt/.
 #pragma once
 
 #include <algorithm>
@@ -98,6 +99,18 @@ class GraphView {
   std::vector<std::vector<ir::NodeId>> consumers_;
   std::set<ir::ValueId> outputs_;
 };
+
+// A 2-D float convolution with constant weights (Conv, FusedConv, FusedConvDepthwise), the
+// kind whose layout and algorithm the passes choose.
+inline bool IsConv2D(const Graph& g, const Node& n) {
+  const bool conv =
+      (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n) || ir::IsFusedConvDepthwise(n);
+  if (!conv || n.inputs.size() < 2 || n.outputs.empty()) return false;
+  const ValueId w = n.inputs[1];
+  if (w < 0 || w >= g.num_values() || !g.value(w).constant) return false;
+  const Tensor& weights = *g.value(w).constant;
+  return weights.dtype() == DType::kFloat32 && weights.rank() == 4;
+}
 
 // A live ONNX-domain node of operator `op`.
 inline bool Is(const ir::Node* n, absl::string_view op) {

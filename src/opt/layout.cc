@@ -31,16 +31,6 @@
 namespace kiln::opt {
 namespace {
 
-bool IsConv2D(const Graph& g, const Node& n) {
-  const bool conv =
-      (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n) || ir::IsFusedConvDepthwise(n);
-  if (!conv || n.inputs.size() < 2 || n.outputs.empty()) return false;
-  const ValueId w = n.inputs[1];
-  if (w < 0 || w >= g.num_values() || !g.value(w).constant) return false;
-  const Tensor& weights = *g.value(w).constant;
-  return weights.dtype() == DType::kFloat32 && weights.rank() == 4;
-}
-
 bool IsGlobalPool(const Node& n) {
   return n.domain.empty() && (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") &&
          n.outputs.size() == 1;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kiln/ir/fused_post_ops.h"
+#include "opt/graph_view.h"
 
 namespace kiln::opt {
 
@@ -9,14 +10,8 @@ bool WinogradCarriesMostWork(const ir::Graph& g, int64_t channel_block, std::str
   double winograd = 0, total = 0;
   for (ir::NodeId id = 0; id < g.num_nodes(); ++id) {
     const ir::Node& n = g.node(id);
-    if (n.removed) continue;
-    const bool conv =
-        (n.domain.empty() && n.op == "Conv") || ir::IsFusedConv(n) || ir::IsFusedConvDepthwise(n);
-    if (!conv || n.inputs.size() < 2 || n.outputs.empty()) continue;
-    const ir::ValueId wv = n.inputs[1];
-    if (wv < 0 || wv >= g.num_values() || !g.value(wv).constant) continue;
-    const Tensor& w = *g.value(wv).constant;
-    if (w.dtype() != DType::kFloat32 || w.rank() != 4) continue;
+    if (n.removed || !IsConv2D(g, n)) continue;
+    const Tensor& w = *g.value(n.inputs[1]).constant;
     const ir::TensorType& y = g.value(n.outputs[0]).type;
     if (!y.rank_known || y.rank() != 4 || !y.dims[2].is_known() || !y.dims[3].is_known()) {
       return false;

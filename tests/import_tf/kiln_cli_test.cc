@@ -33,9 +33,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-CommandResult Kiln(const std::string& args) {
+// Runs a shell command line, stdout and stderr together.
+CommandResult RunShell(const std::string& command_line) {
   CommandResult result;
-  const std::string command = absl::StrCat(KILN_BINARY, " ", args, " 2>&1");
+  const std::string command = absl::StrCat(command_line, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
   char buffer[4096];
@@ -44,6 +45,10 @@ CommandResult Kiln(const std::string& args) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+CommandResult Kiln(const std::string& args) {
+  return RunShell(absl::StrCat(KILN_BINARY, " ", args));
 }
 
 std::string TempDir(const std::string& name) {
@@ -323,17 +328,10 @@ TEST(KilnCliTest, AnAvx2OnlyCpuGetsTheAvx2Kernels) {
   ASSERT_EQ(native.exit_code, 0) << native.output;
   EXPECT_TRUE(absl::StrContains(native.output, "\"isa\": \"avx512\"")) << native.output;
 
-  CommandResult capped;
-  const std::string command =
-      absl::StrCat("KILN_CPUID_CAP_DIR=", dir, " DNNL_VERBOSE=1 ", KILN_SOURCE_DIR,
-                   "/bench/peers/cpuid_cap/as_avx2_cpu.sh ", KILN_BINARY, " ", run, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) capped.output.append(buffer, n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << capped.output;
+  const CommandResult capped =
+      RunShell(absl::StrCat("KILN_CPUID_CAP_DIR=", dir, " DNNL_VERBOSE=1 ", KILN_SOURCE_DIR,
+                            "/bench/peers/cpuid_cap/as_avx2_cpu.sh ", KILN_BINARY, " ", run));
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
   EXPECT_TRUE(absl::StrContains(capped.output, "\"isa\": \"avx2\"")) << capped.output;
   EXPECT_TRUE(absl::StrContains(capped.output, "isa:Intel AVX2\n")) << capped.output;
   EXPECT_FALSE(absl::StrContains(capped.output, "avx512")) << capped.output;
