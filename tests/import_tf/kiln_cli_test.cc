@@ -2,6 +2,9 @@
 // SavedModel directory or a base path with numeric versions (the highest taken), --signature,
 // inputs and outputs named by the signature's keys, and every input given (or
 // --random_inputs).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,13 +12,10 @@
 #include <string>
 #include <vector>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
 #include "kiln/core/npy.h"
 #include "tensorflow/core/example/example.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
@@ -52,8 +52,8 @@ CommandResult Kiln(const std::string& args) {
 }
 
 std::string TempDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       absl::StrCat("kiln_cli_test_", getpid(), "_", name);
+  const fs::path dir =
+      fs::temp_directory_path() / absl::StrCat("kiln_cli_test_", getpid(), "_", name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -69,9 +69,9 @@ TEST(KilnCliTest, InspectShowsWhatSavedModelCliShows) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* expected :
        {"MetaGraphDef with tag-set: 'serve' contains the following SignatureDefs:",
-        "signature_def['regress_x2_to_y3']:", "inputs['inputs'] tensor_info:",
-        "dtype: DT_FLOAT", "shape: (-1, 1)", "name: x2:0", "dtype: DT_STRING",
-        "shape: unknown_rank", "Method name is: tensorflow/serving/regress",
+        "signature_def['regress_x2_to_y3']:", "inputs['inputs'] tensor_info:", "dtype: DT_FLOAT",
+        "shape: (-1, 1)", "name: x2:0", "dtype: DT_STRING", "shape: unknown_rank",
+        "Method name is: tensorflow/serving/regress",
         "signature_def['serving_default']:", "Method name is: tensorflow/serving/predict",
         "saved_model_half_plus_two_2_versions/00000124"}) {
     EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
@@ -111,8 +111,8 @@ TEST(KilnCliTest, RunNamesInputsAndOutputsBySignatureKeys) {
   // serving_default when --signature is not given; its input key is "x", its output "y".
   ASSERT_TRUE(
       kiln::WriteNpy(dir + "/x.npy", kiln::Tensor::FromVector<float>({1.f, 2.f, 5.f})).ok());
-  r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_tf2_cpu"), " --input x=",
-                        dir, "/x.npy --output_dir ", dir, "/default"));
+  r = Kiln(absl::StrCat("run ", TfServing("saved_model_half_plus_two_tf2_cpu"), " --input x=", dir,
+                        "/x.npy --output_dir ", dir, "/default"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto y = kiln::ReadNpy(dir + "/default/y.npy");
   ASSERT_TRUE(y.ok()) << y.status();
@@ -199,13 +199,12 @@ TEST(KilnCliTest, FrozenGraphDefRunsAndInspects) {
   const std::string dir = WriteTabularModel("frozen");
   auto r = Kiln("inspect " + dir + "/frozen.pb");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* expected : {"frozen GraphDef", "age", "count", "float[-1, 1]",
-                               "int64[-1, 1]"}) {
+  for (const char* expected : {"frozen GraphDef", "age", "count", "float[-1, 1]", "int64[-1, 1]"}) {
     EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
   }
 
-  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input count=",
-                        dir, "/count.npy --output_dir ", dir, "/out"));
+  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy --input count=", dir,
+                        "/count.npy --output_dir ", dir, "/out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto y = kiln::ReadNpy(dir + "/out/y.npy");
   ASSERT_TRUE(y.ok()) << y.status();
@@ -225,8 +224,8 @@ TEST(KilnCliTest, FrozenGraphDefRunsAndInspects) {
   std::string text;
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(TabularGraph(), &text));
   std::ofstream(dir + "/graph.pbtxt") << "# exported for a test\n" << text;
-  r = Kiln(absl::StrCat("run ", dir, "/graph.pbtxt --input age=", dir, "/age.npy --input count=",
-                        dir, "/count.npy --output_dir ", dir, "/text"));
+  r = Kiln(absl::StrCat("run ", dir, "/graph.pbtxt --input age=", dir,
+                        "/age.npy --input count=", dir, "/count.npy --output_dir ", dir, "/text"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/text/y.npy")) << r.output;
 
@@ -254,8 +253,9 @@ TEST(KilnCliTest, RunNamesEveryMissingInputWithDtypeAndShape) {
 
   r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --input age=", dir, "/age.npy"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(absl::StrContains(r.output, "missing input of signature 'serving_default': "
-                                          "'count' int64[-1, 1]; give each"))
+  EXPECT_TRUE(absl::StrContains(r.output,
+                                "missing input of signature 'serving_default': "
+                                "'count' int64[-1, 1]; give each"))
       << r.output;
 
   // --bench too.
@@ -276,18 +276,19 @@ TEST(KilnCliTest, RandomInputsFillWhatIsNotGiven) {
   EXPECT_EQ(y->shape(), (kiln::Shape{2, 1}));
 
   // The same seed gives the same values.
-  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir,
-                        "/a"));
+  r = Kiln(
+      absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir, "/a"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir,
-                        "/b"));
+  r = Kiln(
+      absl::StrCat("run ", dir, "/frozen.pb --random_inputs --seed 7 --output_dir ", dir, "/b"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto a = kiln::ReadNpy(dir + "/a/y.npy");
   auto b = kiln::ReadNpy(dir + "/b/y.npy");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(FloatsOf(*a), FloatsOf(*b));
 
-  r = Kiln(absl::StrCat("run ", dir, "/frozen.pb --bench --random_inputs --batch 1,4 "
+  r = Kiln(absl::StrCat("run ", dir,
+                        "/frozen.pb --bench --random_inputs --batch 1,4 "
                         "--iterations 2 --json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(absl::StrContains(r.output, "\"batch\": 4")) << r.output;
@@ -352,8 +353,8 @@ TEST(KilnCliTest, RepeatedInputIsAnError) {
 TEST(KilnCliTest, RunHelpDescribesInputsAndFrozenGraphs) {
   auto r = Kiln("run --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* expected : {"--random_inputs", "every input must be given", "frozen",
-                               "--outputs"}) {
+  for (const char* expected :
+       {"--random_inputs", "every input must be given", "frozen", "--outputs"}) {
     EXPECT_TRUE(absl::StrContains(r.output, expected)) << expected << "\n" << r.output;
   }
 }
