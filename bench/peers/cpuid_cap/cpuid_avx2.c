@@ -106,7 +106,7 @@ static void cap_cpuid_to_avx2(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = on_segv;
-  sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;  // a thread's alternate stack, if it set one
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGSEGV, &sa, &program_segv) != 0 ||
       syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
